@@ -1,0 +1,3 @@
+from cairn_cli.cli import main
+
+main()

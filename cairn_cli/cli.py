@@ -1,0 +1,82 @@
+"""The root Typer app: the table of commands, the one error-mapping decorator, and main().
+
+Command modules are light at import (typer + stdlib); everything heavy is imported inside the command body.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from typing import Annotated, Callable, Optional
+
+import typer
+
+from cairn_cli.commands import deliveries, memory, rank
+from cairn_cli.commands._common import set_globals
+from cairn_cli.errors import CairnError
+
+app = typer.Typer(name="cairn", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  help="Decide which long-term memories an agent sees, label every delivery, learn from the labels.")
+memory_app = typer.Typer(no_args_is_help=True, help="The persistent memory store.")
+
+
+def handle_errors(fn: Callable) -> Callable:
+    """Turn CairnError into one stderr line + its exit code; anything unexpected into exit 1 with a hint."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except CairnError as exc:
+            sys.stderr.write(f"error: {exc.one_line()}\n")
+            raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            sys.stderr.write("interrupted\n")
+            raise typer.Exit(130) from None
+        except (typer.Exit, typer.Abort, SystemExit):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the one place that maps the unknown
+            if os.environ.get("CAIRN_DEBUG", "").lower() in ("1", "true", "yes"):
+                raise
+            sys.stderr.write(f"error: unexpected {type(exc).__name__}: {exc} (set CAIRN_DEBUG=1 for a traceback)\n")
+            raise typer.Exit(1) from None
+
+    return wrapper
+
+
+@app.callback()
+def root(
+    db_url: Annotated[Optional[str], typer.Option("--db-url", help="Memory store URL (overrides CAIRN_DB_URL).")] = None,
+    ephemeral_db_url: Annotated[Optional[str], typer.Option(
+        "--ephemeral-db-url", help="Delivery log URL (overrides CAIRN_EPHEMERAL_DB_URL).")] = None,
+) -> None:
+    """cairn: memory injection with provenance, labels and a learned reranker."""
+    set_globals(DB_URL=db_url, EPHEMERAL_DB_URL=ephemeral_db_url)
+
+
+# -- the table of commands ------------------------------------------------------------------------------------
+COMMANDS: list[tuple[typer.Typer, str, Callable]] = [
+    (app, "rank", rank.rank),
+    (app, "log-delivery", deliveries.log_delivery),
+    (app, "deliveries", deliveries.list_deliveries),
+    (memory_app, "add", memory.add),
+    (memory_app, "import", memory.import_),
+    (memory_app, "list", memory.list_),
+    (memory_app, "show", memory.show),
+    (memory_app, "supersede", memory.supersede),
+    (memory_app, "corroborate", memory.corroborate),
+    (memory_app, "contradict", memory.contradict),
+    (memory_app, "embed", memory.embed),
+]
+for _parent, _name, _fn in COMMANDS:
+    _parent.command(_name)(handle_errors(_fn))
+app.add_typer(memory_app, name="memory")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""`cairn log-delivery` and `cairn deliveries`: the delivery log."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from cairn_cli import output
+from cairn_cli.commands._common import read_text_arg, settings
+
+LOG_DELIVERY_HELP = """Record deliveries made by another ranker (JSON object on stdin or as the argument).
+
+Shape: {"session_id": str, "turn": int, "context_window": str, "reranker_model": str,
+"memories": [{"id": int, "rank": int, "score": float, "score_components": {...}}],
+"layer": str?, "scope": str?, "ranker": str?, "context_key": str?}
+
+Example: echo '{"session_id":"s1","turn":1,...}' | cairn log-delivery
+"""
+
+
+def log_delivery(
+    payload: Annotated[Optional[str], typer.Argument(help="The JSON record; '-' or omitted reads stdin.")] = None,
+    json: Annotated[bool, typer.Option("--json", help="Print the new delivery ids as JSON.")] = False,
+) -> None:
+    import orjson
+
+    from cairn_cli.core import deliveries
+    from cairn_cli.errors import InvalidInput
+
+    raw = read_text_arg(payload, "delivery JSON", "pipe the JSON record on stdin")
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidInput(f"the delivery is not valid JSON ({exc.msg})", "see `cairn log-delivery --help`") from None
+    ids = deliveries.record(deliveries.parse_external(data), settings())
+    output.json_out({"delivery_ids": ids}) if json else output.text_out(f"logged {len(ids)} deliveries")
+
+
+log_delivery.__doc__ = LOG_DELIVERY_HELP
+
+
+def list_deliveries(
+    session: Annotated[Optional[str], typer.Option(help="Only this session.")] = None,
+    turn: Annotated[Optional[int], typer.Option(min=0, help="Only this turn.")] = None,
+    limit: Annotated[int, typer.Option(min=1, help="The most recent N.")] = 50,
+    json: Annotated[bool, typer.Option("--json", help="Print JSON, with every score component.")] = False,
+) -> None:
+    """Show logged deliveries with their provenance and labels.
+
+    Example: cairn deliveries --session s1
+    """
+    from cairn_cli.core import deliveries
+
+    views = deliveries.list_deliveries(settings(), session_id=session, turn=turn, limit=limit)
+    if json:
+        output.json_out(views)
+        return
+    rows = [{**vars(v), "final_score": f"{v.final_score:.3f}",
+             "sim": v.score_components.get("similarity"), "kw": v.score_components.get("keywords")} for v in views]
+    output.table(rows, ["id", "session_id", "turn", "rank", "memory_id", "final_score", "sim", "kw",
+                        "reranker_model", "layer", "scope", "context_key", "grade", "engaged"],
+                 title=f"{len(views)} deliveries")

@@ -1,0 +1,156 @@
+"""`cairn memory ...`: the persistent memory store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from cairn_cli import output
+from cairn_cli.commands._common import settings
+
+Json = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
+
+
+def add(
+    content: Annotated[str, typer.Argument(help="The memory's text.")],
+    keywords: Annotated[Optional[str], typer.Option("--keywords", "-k", help="Comma-separated keywords.")] = None,
+    scope: Annotated[str, typer.Option(help="Project or area the memory belongs to.")] = "global",
+    kind: Annotated[str, typer.Option(help="fact, procedure, correction, preference, decision, pitfall or meta.")] = "fact",
+    source_ref: Annotated[Optional[str], typer.Option("--source-ref", help="Generation-prompt version that wrote it.")] = None,
+    session: Annotated[Optional[str], typer.Option(help="Session that wrote it.")] = None,
+    json: Json = False,
+) -> None:
+    """Add one memory (merges into an identical one: keywords are unioned).
+
+    Example: cairn memory add "Run tests with make test" --keywords make,tests --scope cairn --kind procedure
+    """
+    from cairn_cli.core import memories
+
+    entry = memories.validate_entry({"content": content, "keywords": keywords or [], "scope": scope, "kind": kind,
+                                     "source_ref": source_ref, "session_id": session})
+    result = memories.add_memories([entry], settings())[0]
+    if json:
+        output.json_out(result)
+    else:
+        extra = f" (+keywords {', '.join(result.keywords_added)})" if result.action == "merged" and \
+            result.keywords_added else ""
+        output.text_out(f"{result.action} memory {result.id}{extra}")
+
+
+def import_(
+    file: Annotated[Path, typer.Argument(help="JSONL file: one {content, keywords, scope, kind, source_ref} a line.")],
+    source_ref: Annotated[Optional[str], typer.Option("--source-ref", help="Default source_ref for lines without one.")] = None,
+    skip_invalid: Annotated[bool, typer.Option("--skip-invalid", help="Import the valid lines, report the rest.")] = False,
+    json: Json = False,
+) -> None:
+    """Import memories from JSONL; reports added / merged / rejected lines.
+
+    Example: cairn memory import memories.jsonl --source-ref gen-v3
+    """
+    from cairn_cli.core import memories
+
+    lines = sum(1 for line in file.open("rb") if line.strip()) if file.is_file() else None
+    with output.progress(lines, "importing") as tick:
+        report = memories.import_jsonl(file, settings(), source_ref=source_ref, skip_invalid=skip_invalid,
+                                       progress=tick)
+    if json:
+        output.json_out({"added": report.added, "merged": report.merged,
+                         "rejected": [{"line": n, "reason": r} for n, r in report.rejected],
+                         "ids": [r.id for r in report.results]})
+        return
+    output.text_out(f"added {report.added}, merged {report.merged}, rejected {len(report.rejected)}")
+    for no, reason in report.rejected:
+        output.message(f"line {no}: {reason}")
+
+
+def list_(
+    scope: Annotated[Optional[str], typer.Option(help="Only this scope.")] = None,
+    kind: Annotated[Optional[str], typer.Option(help="Only this kind.")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Include superseded memories.")] = False,
+    limit: Annotated[Optional[int], typer.Option(min=1, help="At most this many.")] = None,
+    json: Json = False,
+) -> None:
+    """List memories.
+
+    Example: cairn memory list --scope cairn --json
+    """
+    from cairn_cli.core import memories
+
+    views = memories.list_memories(settings(), scope=scope, kind=kind, include_superseded=all_, limit=limit)
+    if json:
+        output.json_out(views)
+        return
+    output.table([{**vars(v), "keywords": ", ".join(v.keywords), "confidence": f"{v.confidence:.2f}"} for v in views],
+                 ["id", "scope", "kind", "confidence", "content", "keywords", "source_ref", "superseded_by"],
+                 title=f"{len(views)} memories", widths={"content": 60})
+
+
+def show(memory_id: Annotated[int, typer.Argument(help="Memory id.")], json: Json = False) -> None:
+    """Show one memory with all its fields.
+
+    Example: cairn memory show 12
+    """
+    from cairn_cli.core import memories
+
+    view = memories.get_memory(memory_id, settings())
+    if json:
+        output.json_out(view)
+    else:
+        output.key_values({**vars(view), "keywords": ", ".join(view.keywords)}, title=f"memory {view.id}")
+
+
+def supersede(
+    old: Annotated[int, typer.Argument(help="The memory that is replaced.")],
+    new: Annotated[int, typer.Argument(help="The memory that replaces it.")],
+    json: Json = False,
+) -> None:
+    """Mark OLD as superseded by NEW: OLD never ranks again.
+
+    Example: cairn memory supersede 12 40
+    """
+    from cairn_cli.core import memories
+
+    view = memories.supersede(old, new, settings())
+    output.json_out(view) if json else output.text_out(f"memory {old} is superseded by {new}")
+
+
+def _evidence(ids: list[int], json: bool, corroborate: bool) -> None:
+    from cairn_cli.core import memories
+
+    views = memories.record_evidence(ids, settings(), corroborate=corroborate)
+    if json:
+        output.json_out(views)
+    else:
+        for v in views:
+            output.text_out(f"memory {v.id}: confidence {v.confidence:.2f} "
+                            f"({v.corroborations} corroborated, {v.contradictions} contradicted)")
+
+
+def corroborate(ids: Annotated[list[int], typer.Argument(help="Memory ids.")], json: Json = False) -> None:
+    """Record that memories were confirmed (raises confidence).
+
+    Example: cairn memory corroborate 12 15
+    """
+    _evidence(ids, json, True)
+
+
+def contradict(ids: Annotated[list[int], typer.Argument(help="Memory ids.")], json: Json = False) -> None:
+    """Record that memories were contradicted (lowers confidence).
+
+    Example: cairn memory contradict 12
+    """
+    _evidence(ids, json, False)
+
+
+def embed(json: Json = False) -> None:
+    """Embed the memories that lack an embedding from the configured model (after changing CAIRN_EMBED_MODEL).
+
+    Example: cairn memory embed
+    """
+    from cairn_cli.core import memories
+
+    with output.progress(None, "embedding") as tick:
+        n = memories.embed_missing(settings(), progress=tick)
+    output.json_out({"embedded": n}) if json else output.text_out(f"embedded {n} memories")

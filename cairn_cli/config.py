@@ -1,0 +1,147 @@
+"""Settings and their precedence: CLI flag > CAIRN_* environment variable > $CAIRN_HOME/config.toml > default.
+
+Resolved at call time (never frozen at import). Values that cairn rewrites itself (generation-prompt version,
+A/B arms, floors, the deployed student) are machine-managed state in the database, not settings.
+This module is on the hook's hot path: stdlib only.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cairn_cli.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    default: Any
+    type: type
+    doc: str
+
+
+_SETTINGS = [
+    Setting("HOME", "", str, "Where cairn keeps its databases, logs and models (default: the platform data dir)."),
+    Setting("DB_URL", "", str, "Memory store URL (sqlite:///path or postgresql://...); default $CAIRN_HOME/memory.db."),
+    Setting("EPHEMERAL_DB_URL", "", str, "Deliveries/hook-state URL; default $CAIRN_HOME/ephemeral.db."),
+    Setting("EMBED_MODEL", "all-MiniLM-L6-v2", str,
+            "Embedding model: the bundled all-MiniLM-L6-v2, or `hashing` (tiny model-free encoder for tests/CI)."),
+    Setting("SCORE_W_SIMILARITY", 0.50, float, "Composite weight of embedding cosine similarity."),
+    Setting("SCORE_W_KEYWORDS", 0.15, float, "Composite weight of the keyword/lexical match (BM25, max-normalised)."),
+    Setting("SCORE_W_SCOPE", 0.05, float, "Composite weight of scope match (1 exact scope, 0 global)."),
+    Setting("SCORE_W_CONFIDENCE", 0.0, float, "Composite weight of confidence: computed and logged, weighs 0."),
+    Setting("SCORE_W_RECENCY", 0.0, float, "Composite weight of recency decay: computed and logged, weighs 0."),
+    Setting("RECENCY_HALF_LIFE_DAYS", 30.0, float, "Half-life of the recency decay component."),
+    Setting("KEYWORD_FIELD_WEIGHT", 2, int, "How many times a memory's explicit keywords count in its lexical field."),
+    Setting("RELEVANCE_PREFILTER_ENABLED", True, bool, "Drop self-referential meta memories (kind correction exempt)."),
+    Setting("RANK_K", 5, int, "How many memories `cairn rank` injects."),
+    Setting("RANK_MIN_SCORE", 0.0, float, "Composite score under which a memory is never injected."),
+    Setting("CONTEXT_MAX_TURNS", 3, int, "Earlier transcript turns added to the context window."),
+    Setting("CONTEXT_MAX_CHARS", 2000, int, "Character bound of the cleaned context window."),
+    Setting("CONFIDENCE_PRIOR_POS", 3.0, float, "Beta prior pseudo-count for corroboration (new memory: 0.75)."),
+    Setting("CONFIDENCE_PRIOR_NEG", 1.0, float, "Beta prior pseudo-count for contradiction."),
+    Setting("INJECTION_MAX_CHARS", 10000, int, "Upper bound of the printed injection block (Claude Code's limit)."),
+    Setting("DEBUG", False, bool, "Show tracebacks for unexpected errors."),
+]
+SETTINGS: dict[str, Setting] = {s.name: s for s in _SETTINGS}
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def _coerce(setting: Setting, raw: Any, origin: str) -> Any:
+    if setting.type is bool:
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).strip().lower()
+        if text in _TRUE:
+            return True
+        if text in _FALSE:
+            return False
+        raise ConfigError(f"{origin}={raw!r} is not a boolean", "use true or false")
+    try:
+        return setting.type(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"{origin}={raw!r} is not a valid {setting.type.__name__}", f"fix {origin} or unset it"
+        ) from None
+
+
+def home() -> Path:
+    raw = os.environ.get("CAIRN_HOME")
+    if raw:
+        return Path(raw).expanduser()
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("cairn", appauthor=False))
+
+
+_toml_cache: dict[Path, tuple[float, dict]] = {}
+
+
+def _file_values() -> dict:
+    path = home() / "config.toml"
+    try:
+        mtime = path.stat().st_mtime
+    except OSError:
+        return {}
+    cached = _toml_cache.get(path)
+    if cached and cached[0] == mtime:
+        return cached[1]
+    import tomllib
+
+    try:
+        values = {str(k).upper(): v for k, v in tomllib.loads(path.read_text()).items()}
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}", "fix or remove the file") from None
+    _toml_cache[path] = (mtime, values)
+    return values
+
+
+def get(name: str, override: Any = None) -> Any:
+    """One setting, by precedence: explicit override > CAIRN_<NAME> > config.toml > default."""
+    setting = SETTINGS[name]
+    if override is not None:
+        return _coerce(setting, override, f"--{name.lower().replace('_', '-')}")
+    env = os.environ.get(f"CAIRN_{name}")
+    if env is not None:
+        return _coerce(setting, env, f"CAIRN_{name}")
+    file_values = _file_values() if name != "HOME" else {}
+    if name in file_values:
+        return _coerce(setting, file_values[name], f"config.toml {name}")
+    return setting.default
+
+
+class Settings:
+    """A view of all settings with per-call overrides (the CLI's flags)."""
+
+    def __init__(self, **overrides: Any):
+        unknown = set(overrides) - set(SETTINGS)
+        if unknown:
+            raise KeyError(f"unknown settings: {sorted(unknown)}")
+        self._overrides = {k: v for k, v in overrides.items() if v is not None}
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name not in SETTINGS:
+            raise AttributeError(name)
+        return get(name, self._overrides.get(name))
+
+    def weights(self) -> dict[str, float]:
+        return {
+            "similarity": self.SCORE_W_SIMILARITY,
+            "keywords": self.SCORE_W_KEYWORDS,
+            "scope": self.SCORE_W_SCOPE,
+            "confidence": self.SCORE_W_CONFIDENCE,
+            "recency": self.SCORE_W_RECENCY,
+        }
+
+
+def memory_db_url(override: str | None = None) -> str:
+    return get("DB_URL", override) or f"sqlite:///{home() / 'memory.db'}"
+
+
+def ephemeral_db_url(override: str | None = None) -> str:
+    return get("EPHEMERAL_DB_URL", override) or f"sqlite:///{home() / 'ephemeral.db'}"

@@ -1,0 +1,102 @@
+"""build_context_window: the cleaned recent-context window a ranking (and later a grade) is keyed by.
+
+The window is the current prompt followed by the last CONTEXT_MAX_TURNS earlier turns of the session, newest
+first ("user: ..." / "assistant: ..."), so that models that truncate long inputs keep the prompt. Tool output,
+thinking, system reminders, slash-command chatter, IDE wrappers, and cairn's own injected block and [cm]
+answers are dropped (cairn must never rank on its own output). Whitespace is folded; the whole is bounded by
+CONTEXT_MAX_CHARS. Its key is the first 16 hex digits of its SHA-256: the same window, the same key.
+Stdlib only (hot path).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cairn_cli.core.text import sha256
+from cairn_cli.errors import InvalidInput, NotFound
+
+INJECTION_TAG = "cairn-memories"
+TRANSCRIPT_TAIL_BYTES = 2_000_000
+
+_DROP_BLOCKS = re.compile(
+    r"<(system-reminder|cairn-memories|cairn-rules|ide_opened_file|ide_selection|command-name|command-message|"
+    r"command-args|local-command-stdout|local-command-caveat|task-notification)\b[^>]*>.*?</\1>",
+    re.DOTALL | re.IGNORECASE,
+)
+_CM_BLOCK = re.compile(r"\[cm\].*?(\[/cm\]|\Z)", re.DOTALL | re.IGNORECASE)
+_SPACE = re.compile(r"\s+")
+
+
+@dataclass
+class ContextWindow:
+    text: str
+    key: str
+    prompt: str
+    turns_used: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def clean(text: str) -> str:
+    """Drop the blocks that are not the user's or agent's own words, fold whitespace."""
+    text = _DROP_BLOCKS.sub(" ", text)
+    text = _CM_BLOCK.sub(" ", text)
+    return _SPACE.sub(" ", text).strip()
+
+
+def context_key(text: str) -> str:
+    return sha256(text)[:16]
+
+
+def _earlier_turns(transcript_path: Path, prompt: str) -> list[tuple[str, str]]:
+    """(role, cleaned text) of the main chain, oldest first, the current prompt excluded."""
+    from cairn_cli.core.transcript import read_transcript
+
+    try:
+        transcript = read_transcript(transcript_path, max_bytes=TRANSCRIPT_TAIL_BYTES)
+    except FileNotFoundError:
+        raise NotFound(f"transcript {transcript_path} does not exist", "pass a valid --transcript or omit it") from None
+    except (PermissionError, IsADirectoryError, OSError) as exc:
+        raise NotFound(f"cannot read transcript {transcript_path}: {exc}", "pass a readable --transcript") from None
+    pieces: list[tuple[str, str]] = []
+    for turn in transcript.turns():
+        if turn.prompt.kind == "prompt":
+            pieces.append(("user", clean(turn.prompt.text)))
+        for response in turn.responses:
+            if response.is_sidechain:
+                continue
+            pieces.append(("assistant", clean(response.text)))
+    pieces = [(role, text) for role, text in pieces if text]
+    if pieces and pieces[-1] == ("user", prompt):
+        pieces.pop()  # the hook may fire after the prompt was written to the transcript
+    return pieces
+
+
+def build_context_window(prompt: str, transcript_path: str | Path | None = None, *, max_turns: int,
+                         max_chars: int) -> ContextWindow:
+    """The cleaned, bounded window for `prompt` plus the session's last turns. Empty prompt is an error."""
+    if prompt is None or not clean(prompt):
+        raise InvalidInput("the prompt is empty", "pass the prompt as an argument or on stdin")
+    cleaned_prompt = clean(prompt)[:max_chars]
+    parts = [cleaned_prompt]
+    used = 0
+    notes: list[str] = []
+    if transcript_path:
+        earlier = _earlier_turns(Path(transcript_path), cleaned_prompt)
+        # a turn = a user prompt plus what the assistant answered; take pieces newest first
+        budget = max_chars - len(cleaned_prompt)
+        users_seen = 0
+        for role, text in reversed(earlier):
+            if budget <= 8 or users_seen >= max_turns:
+                break
+            piece = f"{role}: {text}"[: budget - 1]
+            parts.append(piece)
+            budget -= len(piece) + 1
+            if role == "user":
+                users_seen += 1
+        used = users_seen
+        if not earlier:
+            notes.append("transcript had no earlier turns")
+    text = " ".join(parts)
+    return ContextWindow(text=text, key=context_key(text), prompt=cleaned_prompt, turns_used=used, notes=notes)

@@ -1,0 +1,163 @@
+"""The delivery log: one row per memory shown once, in one turn, for one context window, with provenance."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import asdict, dataclass, field
+
+from cairn_cli.config import Settings
+from cairn_cli.core.store import open_stores
+from cairn_cli.errors import InvalidInput, NotFound
+
+
+@dataclass
+class DeliveryInput:
+    session_id: str
+    turn: int
+    memory_id: int
+    context_window: str
+    context_key: str
+    rank: int
+    final_score: float
+    score_components: dict
+    reranker_model: str
+    layer: str
+    scope: str
+    ranker: str = "cairn"
+    arm: str | None = None
+
+
+@dataclass
+class DeliveryView:
+    id: int
+    session_id: str
+    turn: int
+    memory_id: int
+    context_key: str
+    rank: int
+    final_score: float
+    reranker_model: str
+    ranker: str
+    layer: str
+    scope: str
+    delivered_at: str
+    score_components: dict = field(default_factory=dict)
+    grade: int | None = None
+    hard_negative: bool | None = None
+    engaged: bool | None = None
+    engaged_score: float | None = None
+    engaged_method: str | None = None
+    arm: str | None = None
+
+
+def next_turn(session_id: str, settings: Settings) -> int:
+    from cairn_cli.db.tables import HookState, MemoryDelivery
+    from peewee import fn
+
+    open_stores(settings)
+    last = max(MemoryDelivery.select(fn.MAX(MemoryDelivery.turn)).where(MemoryDelivery.session_id == session_id)
+               .scalar() or 0,
+               HookState.select(fn.MAX(HookState.turn)).where(HookState.session_id == session_id).scalar() or 0)
+    return last + 1
+
+
+def record(rows: list[DeliveryInput], settings: Settings) -> list[int]:
+    """Insert the rows in one transaction; every memory id must exist. Returns the new delivery ids."""
+    from cairn_cli.db.tables import Memory, MemoryDelivery, ephemeral_proxy
+
+    open_stores(settings)
+    ids = {r.memory_id for r in rows}
+    known = {m.id for m in Memory.select(Memory.id).where(Memory.id.in_(list(ids)))} if ids else set()
+    missing = sorted(ids - known)
+    if missing:
+        raise NotFound(f"unknown memory id(s) {missing}", "see `cairn memory list`; nothing was logged")
+    out = []
+    now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    with ephemeral_proxy.atomic():
+        for row in rows:
+            out.append(MemoryDelivery.create(delivered_at=now, **asdict(row)).id)
+    return out
+
+
+def _view(row) -> DeliveryView:
+    return DeliveryView(id=row.id, session_id=row.session_id, turn=row.turn, memory_id=row.memory_id,
+                        context_key=row.context_key, rank=row.rank, final_score=row.final_score,
+                        reranker_model=row.reranker_model, ranker=row.ranker, layer=row.layer, scope=row.scope,
+                        delivered_at=row.delivered_at.isoformat(timespec="seconds"),
+                        score_components=row.score_components, grade=row.grade, hard_negative=row.hard_negative,
+                        engaged=row.engaged, engaged_score=row.engaged_score, engaged_method=row.engaged_method,
+                        arm=row.arm)
+
+
+def list_deliveries(settings: Settings, *, session_id: str | None = None, turn: int | None = None,
+                    limit: int | None = None) -> list[DeliveryView]:
+    from cairn_cli.db.tables import MemoryDelivery
+
+    open_stores(settings)
+    query = MemoryDelivery.select().order_by(MemoryDelivery.id.desc())
+    if session_id:
+        query = query.where(MemoryDelivery.session_id == session_id)
+    if turn is not None:
+        query = query.where(MemoryDelivery.turn == turn)
+    if limit:
+        query = query.limit(limit)
+    return [_view(r) for r in reversed(list(query))]
+
+
+_REQUIRED = {"session_id": str, "turn": int, "context_window": str, "reranker_model": str, "memories": list}
+_MEMORY_REQUIRED = {"id": int, "rank": int, "score": (int, float)}
+
+
+def _type_error(where: str, name: str, expected) -> InvalidInput:
+    names = "/".join(t.__name__ for t in expected) if isinstance(expected, tuple) else expected.__name__
+    return InvalidInput(f"{where}{name} must be {names}", "see `cairn log-delivery --help` for the JSON shape")
+
+
+def parse_external(payload: object, *, default_layer: str = "external") -> list[DeliveryInput]:
+    """Validate strictly a delivery record made by another ranker (see `cairn log-delivery --help`)."""
+    from cairn_cli.core.context import context_key
+
+    if not isinstance(payload, dict):
+        raise InvalidInput("the delivery must be a JSON object", "see `cairn log-delivery --help` for the shape")
+    for name, typ in _REQUIRED.items():
+        if name not in payload:
+            raise InvalidInput(f"missing field {name!r}", "see `cairn log-delivery --help` for the JSON shape")
+        if not isinstance(payload[name], typ) or isinstance(payload[name], bool):
+            raise _type_error("", name, typ)
+    allowed = set(_REQUIRED) | {"layer", "scope", "ranker", "context_key"}
+    unknown = set(payload) - allowed
+    if unknown:
+        raise InvalidInput(f"unknown field(s) {sorted(unknown)}", f"allowed: {sorted(allowed)}")
+    if payload["turn"] < 0 or not payload["session_id"].strip() or not payload["context_window"].strip():
+        raise InvalidInput("session_id and context_window must be non-empty and turn >= 0", "fix the record")
+    if not payload["memories"]:
+        raise InvalidInput("memories is empty", "log at least one delivered memory")
+    key = payload.get("context_key") or context_key(payload["context_window"])
+    rows, seen = [], set()
+    for i, mem in enumerate(payload["memories"]):
+        where = f"memories[{i}]."
+        if not isinstance(mem, dict):
+            raise InvalidInput(f"memories[{i}] must be an object", 'write {"id": 1, "rank": 1, "score": 0.5}')
+        for name, typ in _MEMORY_REQUIRED.items():
+            if name not in mem or isinstance(mem[name], bool) or not isinstance(mem[name], typ):
+                raise _type_error(where, name, typ)
+        extra = set(mem) - set(_MEMORY_REQUIRED) - {"score_components"}
+        if extra:
+            raise InvalidInput(f"{where} unknown field(s) {sorted(extra)}", "allowed: id, rank, score, score_components")
+        comps = mem.get("score_components", {})
+        if not isinstance(comps, dict):
+            raise _type_error(where, "score_components", dict)
+        if mem["id"] in seen:
+            raise InvalidInput(f"memory {mem['id']} is listed twice", "log each memory once per turn")
+        seen.add(mem["id"])
+        rows.append(DeliveryInput(
+            session_id=payload["session_id"], turn=payload["turn"], memory_id=mem["id"],
+            context_window=payload["context_window"], context_key=key, rank=mem["rank"],
+            final_score=float(mem["score"]), score_components=comps, reranker_model=payload["reranker_model"],
+            layer=str(payload.get("layer") or default_layer), scope=str(payload.get("scope") or "global"),
+            ranker=str(payload.get("ranker") or "external")))
+    return rows
+
+
+def as_dict(view: DeliveryView) -> dict:
+    return asdict(view)

@@ -1,0 +1,287 @@
+"""The memory store: add with dedup (keyword union), import, supersede, corroborate / contradict.
+
+Confidence rule (a Beta-Bernoulli posterior mean; stored, shown as `reliability`, weighs 0 in ranking):
+    confidence = (CONFIDENCE_PRIOR_POS + corroborations) / (PRIOR_POS + PRIOR_NEG + corroborations + contradictions)
+With the default prior 3/1 a new memory is 0.75, one corroboration makes it 0.80, one contradiction 0.60, and
+the evidence outweighs the prior after a handful of observations. A dedup merge is not a corroboration.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+import orjson
+
+from cairn_cli.config import Settings
+from cairn_cli.core.store import open_stores
+from cairn_cli.core.text import clean_keywords, normalise, sha256
+from cairn_cli.errors import InvalidInput, NotFound
+
+KINDS = ("fact", "procedure", "correction", "preference", "decision", "pitfall", "meta")
+MAX_CONTENT_CHARS = 4000
+_ENTRY_KEYS = {"content", "keywords", "scope", "kind", "source_ref", "session_id"}
+
+
+@dataclass
+class MemoryInput:
+    content: str
+    keywords: list[str] = field(default_factory=list)
+    scope: str = "global"
+    kind: str = "fact"
+    source_ref: str | None = None
+    session_id: str | None = None
+
+
+@dataclass
+class MemoryView:
+    id: int
+    content: str
+    keywords: list[str]
+    scope: str
+    kind: str
+    confidence: float
+    corroborations: int
+    contradictions: int
+    source_ref: str | None
+    session_id: str | None
+    created_at: str
+    updated_at: str
+    superseded_by: int | None
+    embedding_model: str | None
+
+
+@dataclass
+class AddResult:
+    id: int
+    action: str  # "added" | "merged"
+    keywords_added: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ImportReport:
+    added: int = 0
+    merged: int = 0
+    rejected: list[tuple[int, str]] = field(default_factory=list)
+    results: list[AddResult] = field(default_factory=list)
+
+
+def confidence_of(corroborations: int, contradictions: int, settings: Settings) -> float:
+    pos, neg = settings.CONFIDENCE_PRIOR_POS, settings.CONFIDENCE_PRIOR_NEG
+    return (pos + corroborations) / (pos + neg + corroborations + contradictions)
+
+
+def validate_entry(raw: object, *, default_source_ref: str | None = None) -> MemoryInput:
+    """A memory entry from JSON or flags, validated strictly. source_ref: entry's own > the call's > NULL."""
+    if not isinstance(raw, dict):
+        raise InvalidInput("a memory entry must be a JSON object", 'write {"content": "...", "keywords": [...]}')
+    unknown = set(raw) - _ENTRY_KEYS
+    if unknown:
+        raise InvalidInput(f"unknown field(s) {sorted(unknown)}", f"allowed: {sorted(_ENTRY_KEYS)}")
+    content = raw.get("content")
+    if not isinstance(content, str) or not content.strip():
+        raise InvalidInput("content is empty or not a string", "give the memory's text as content")
+    if len(content) > MAX_CONTENT_CHARS:
+        raise InvalidInput(f"content has {len(content)} characters (max {MAX_CONTENT_CHARS})", "split the memory")
+    keywords = raw.get("keywords", [])
+    if not isinstance(keywords, (list, str)) or (isinstance(keywords, list) and
+                                                not all(isinstance(k, str) for k in keywords)):
+        raise InvalidInput("keywords must be a list of strings", 'write "keywords": ["a", "b"]')
+    kind = raw.get("kind") or "fact"
+    if kind not in KINDS:
+        raise InvalidInput(f"unknown kind {kind!r}", f"use one of {', '.join(KINDS)}")
+    scope = raw.get("scope") or "global"
+    if not isinstance(scope, str) or not scope.strip() or len(scope) > 200:
+        raise InvalidInput("scope must be a non-empty string", "use a project name or global")
+    source_ref = raw.get("source_ref") or default_source_ref
+    for name, value in (("source_ref", source_ref), ("session_id", raw.get("session_id"))):
+        if value is not None and not isinstance(value, str):
+            raise InvalidInput(f"{name} must be a string", f"quote the {name}")
+    return MemoryInput(content=content.strip(), keywords=clean_keywords(keywords), scope=scope.strip(), kind=kind,
+                       source_ref=source_ref, session_id=raw.get("session_id"))
+
+
+def embedding_text(content: str, keywords: list[str]) -> str:
+    return f"{content}\nkeywords: {', '.join(keywords)}" if keywords else content
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+
+
+def add_memories(entries: list[MemoryInput], settings: Settings, *,
+                 progress: Callable[[int], None] | None = None) -> list[AddResult]:
+    """Add or merge each entry, all in one transaction; new memories are embedded in one batch."""
+    from cairn_cli.db.tables import Memory, memory_proxy
+    from cairn_cli.ml.models import get_encoder, to_blob
+
+    open_stores(settings)
+    results: list[AddResult] = []
+    fresh: list[Memory] = []
+    with memory_proxy.atomic():
+        for entry in entries:
+            h, nh = sha256(entry.content), sha256(normalise(entry.content))
+            existing = (Memory.select()
+                        .where(((Memory.content_hash == h) | (Memory.norm_hash == nh)) & Memory.superseded_by.is_null())
+                        .order_by(Memory.id).first())
+            if existing is not None:
+                new_kws = [k for k in entry.keywords if k not in existing.keywords]
+                if new_kws:
+                    existing.keywords = existing.keywords + new_kws
+                if existing.source_ref is None and entry.source_ref:
+                    existing.source_ref = entry.source_ref
+                existing.updated_at = _now()
+                existing.save()
+                results.append(AddResult(existing.id, "merged", new_kws))
+            else:
+                mem = Memory.create(content=entry.content, content_hash=h, norm_hash=nh, keywords=entry.keywords,
+                                    scope=entry.scope, kind=entry.kind, source_ref=entry.source_ref,
+                                    session_id=entry.session_id, confidence=confidence_of(0, 0, settings))
+                fresh.append(mem)
+                results.append(AddResult(mem.id, "added", list(entry.keywords)))
+            if progress:
+                progress(1)
+        if fresh:
+            encoder = get_encoder(settings.EMBED_MODEL)
+            vecs = encoder.encode([embedding_text(m.content, m.keywords) for m in fresh], progress=progress is not None)
+            for mem, vec in zip(fresh, vecs):
+                Memory.update(embedding=to_blob(vec), embedding_model=encoder.name).where(Memory.id == mem.id).execute()
+    return results
+
+
+def parse_jsonl(path: Path, *, default_source_ref: str | None = None) -> tuple[list[tuple[int, MemoryInput]],
+                                                                                 list[tuple[int, str]]]:
+    """Valid entries and rejected lines (1-based line numbers with the reason). Blank lines are skipped."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise NotFound(f"cannot read {path}: {exc.strerror}", "check the path") from None
+    valid, rejected = [], []
+    for no, line in enumerate(data.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            valid.append((no, validate_entry(orjson.loads(line), default_source_ref=default_source_ref)))
+        except orjson.JSONDecodeError as exc:
+            rejected.append((no, f"not valid JSON ({exc.msg})"))
+        except InvalidInput as exc:
+            rejected.append((no, exc.one_line()))
+    return valid, rejected
+
+
+def import_jsonl(path: Path, settings: Settings, *, source_ref: str | None = None, skip_invalid: bool = False,
+                 progress: Callable[[int], None] | None = None) -> ImportReport:
+    """Import a JSONL file. Any rejected line aborts the whole import unless skip_invalid (then it is reported)."""
+    valid, rejected = parse_jsonl(path, default_source_ref=source_ref)
+    if rejected and not skip_invalid:
+        first = ", ".join(f"line {no}: {why}" for no, why in rejected[:3])
+        more = f" (+{len(rejected) - 3} more)" if len(rejected) > 3 else ""
+        raise InvalidInput(f"{path}: {len(rejected)} invalid line(s), nothing imported — {first}{more}",
+                           "fix those lines or pass --skip-invalid")
+    results = add_memories([entry for _, entry in valid], settings, progress=progress)
+    return ImportReport(added=sum(r.action == "added" for r in results),
+                        merged=sum(r.action == "merged" for r in results), rejected=rejected, results=results)
+
+
+def _view(mem) -> MemoryView:
+    return MemoryView(id=mem.id, content=mem.content, keywords=list(mem.keywords), scope=mem.scope, kind=mem.kind,
+                      confidence=round(mem.confidence, 4), corroborations=mem.corroborations,
+                      contradictions=mem.contradictions, source_ref=mem.source_ref, session_id=mem.session_id,
+                      created_at=mem.created_at.isoformat(timespec="seconds"),
+                      updated_at=mem.updated_at.isoformat(timespec="seconds"),
+                      superseded_by=mem.superseded_by, embedding_model=mem.embedding_model)
+
+
+def _get(memory_id: int):
+    from cairn_cli.db.tables import Memory
+
+    mem = Memory.get_or_none(Memory.id == memory_id)
+    if mem is None:
+        raise NotFound(f"no memory with id {memory_id}", "see `cairn memory list`")
+    return mem
+
+
+def get_memory(memory_id: int, settings: Settings) -> MemoryView:
+    open_stores(settings)
+    return _view(_get(memory_id))
+
+
+def list_memories(settings: Settings, *, scope: str | None = None, kind: str | None = None,
+                  include_superseded: bool = False, limit: int | None = None) -> list[MemoryView]:
+    from cairn_cli.db.tables import Memory
+
+    open_stores(settings)
+    query = Memory.select().order_by(Memory.id)
+    if scope:
+        query = query.where(Memory.scope == scope)
+    if kind:
+        query = query.where(Memory.kind == kind)
+    if not include_superseded:
+        query = query.where(Memory.superseded_by.is_null())
+    if limit:
+        query = query.limit(limit)
+    return [_view(m) for m in query]
+
+
+def supersede(old_id: int, new_id: int, settings: Settings) -> MemoryView:
+    """Mark OLD as replaced by NEW: OLD never ranks again. Refuses self-loops and cycles."""
+    from cairn_cli.db.tables import memory_proxy
+
+    open_stores(settings)
+    if old_id == new_id:
+        raise InvalidInput("a memory cannot supersede itself", "give two different ids")
+    with memory_proxy.atomic():
+        old, new = _get(old_id), _get(new_id)
+        if new.superseded_by is not None:
+            raise InvalidInput(f"memory {new_id} is itself superseded by {new.superseded_by}",
+                               f"supersede with {new.superseded_by} instead")
+        old.superseded_by = new.id
+        old.updated_at = _now()
+        old.save()
+    return _view(old)
+
+
+def record_evidence(memory_ids: Iterable[int], settings: Settings, *, corroborate: bool) -> list[MemoryView]:
+    """Corroborate (cu) or contradict (-!) memories and recompute their confidence, in one transaction."""
+    from cairn_cli.db.tables import memory_proxy
+
+    open_stores(settings)
+    out = []
+    with memory_proxy.atomic():
+        for memory_id in memory_ids:
+            mem = _get(memory_id)
+            if corroborate:
+                mem.corroborations += 1
+            else:
+                mem.contradictions += 1
+            mem.confidence = confidence_of(mem.corroborations, mem.contradictions, settings)
+            mem.updated_at = _now()
+            mem.save()
+            out.append(_view(mem))
+    return out
+
+
+def embed_missing(settings: Settings, *, progress: Callable[[int], None] | None = None) -> int:
+    """(Re)embed live memories that lack an embedding from the configured model. Returns how many."""
+    from cairn_cli.db.tables import Memory, memory_proxy
+    from cairn_cli.ml.models import get_encoder, to_blob
+
+    open_stores(settings)
+    encoder = get_encoder(settings.EMBED_MODEL)
+    stale = list(Memory.select().where(Memory.superseded_by.is_null() &
+                                       ((Memory.embedding_model != encoder.name) | Memory.embedding_model.is_null())))
+    for start in range(0, len(stale), 256):
+        batch = stale[start:start + 256]
+        vecs = encoder.encode([embedding_text(m.content, m.keywords) for m in batch])
+        with memory_proxy.atomic():
+            for mem, vec in zip(batch, vecs):
+                Memory.update(embedding=to_blob(vec), embedding_model=encoder.name).where(Memory.id == mem.id).execute()
+        if progress:
+            progress(len(batch))
+    return len(stale)
+
+
+def as_dict(view: MemoryView) -> dict:
+    return asdict(view)

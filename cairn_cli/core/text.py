@@ -1,0 +1,88 @@
+"""Tokens, stop words and stems: the one lexical vocabulary shared by scoring, prefilter and engagement.
+
+Stdlib + PyStemmer (a small C extension) only: this runs on the hook's hot path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+from functools import lru_cache
+
+STOP_WORDS = frozenset("""
+a about above after again against all also am an and any are aren as at be because been before being below
+between both but by can cannot could couldn did didn do does doesn doing don down during each else etc ever
+every few for from further get gets got had hadn has hasn have haven having he her here hers herself him
+himself his how i if in into is isn it its itself just let lets like ll may me might more most much must
+mustn my myself need needs no nor not now of off on once one only or other ought our ours ourselves out over
+own per please re really s same shall shan she should shouldn so some such t than that the their theirs them
+themselves then there these they this those through thus to too under until up upon us use used using ve
+very via was wasn way we well were weren what when where which while who whom whose why will with within
+without won would wouldn yes yet you your yours yourself yourselves
+""".split())
+
+# identifiers such as HF_HUB_OFFLINE, build_context_window, v1.2, foo-bar/baz stay whole and also split
+_WORD = re.compile(r"[a-z0-9]+(?:[_.\-/][a-z0-9]+)*")
+_PART = re.compile(r"[a-z0-9]+")
+
+
+@lru_cache(maxsize=1)
+def _stemmer():
+    try:
+        import Stemmer
+
+        return Stemmer.Stemmer("english").stemWord
+    except ImportError:  # a degraded but working fallback
+        return lambda w: w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w
+
+
+@lru_cache(maxsize=65536)
+def stem(word: str) -> str:
+    return _stemmer()(word)
+
+
+def words(text: str) -> list[str]:
+    """Lower-cased words; compound identifiers are kept whole and followed by their parts."""
+    out: list[str] = []
+    for match in _WORD.findall(text.lower()):
+        out.append(match)
+        if not match.isalnum():
+            out.extend(_PART.findall(match))
+    return out
+
+
+def terms(text: str) -> list[str]:
+    """Stemmed content terms, stop words and one-character tokens dropped, order and repeats kept."""
+    return [stem(w) for w in words(text) if _content_word(w)]
+
+
+def _content_word(word: str) -> bool:
+    if word.isdigit():
+        return len(word) >= 3  # years, ports and error codes carry meaning; "1" does not
+    return len(word) > 1 and word not in STOP_WORDS
+
+
+def term_set(text: str) -> set[str]:
+    return set(terms(text))
+
+
+def normalise(text: str) -> str:
+    """Dedup normal form: NFKC, case-folded, whitespace folded, edge punctuation stripped."""
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    return " ".join(folded.split()).strip(" \t.,;:!?\"'`")
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def clean_keywords(raw) -> list[str]:
+    """Keywords as given (list or comma-separated), trimmed, case-folded, unique, order kept."""
+    items = raw.split(",") if isinstance(raw, str) else list(raw or [])
+    seen: dict[str, None] = {}
+    for item in items:
+        kw = " ".join(str(item).split()).casefold()
+        if kw:
+            seen.setdefault(kw, None)
+    return list(seen)

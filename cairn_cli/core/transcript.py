@@ -1,0 +1,181 @@
+"""Read a Claude Code transcript (`~/.claude/projects/<slug>/<session>.jsonl`) into messages and turns.
+
+On the Stop hook's hot path: stdlib and orjson only, no printing, and a bad line is recorded, never fatal.
+Claude Code writes one assistant reply as several `type:"assistant"` lines sharing `message.id` (one content
+block each, sometimes with tool results in between); they are merged into one `Message`. A typed prompt is a
+`type:"user"` line whose content is the user's text; meta lines, slash-command echoes, interruption markers,
+compaction summaries, task notifications and tool results are kept but given their own `kind`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+TURN_STARTS = ("prompt", "task_notification")
+_COMMAND_TAGS = (
+    "<command-name>", "<command-message>", "<command-args>", "<local-command-stdout>",
+    "<local-command-stderr>", "<local-command-caveat>", "<bash-input>", "<bash-stdout>", "<bash-stderr>",
+)
+_INTERRUPTED = "[Request interrupted"
+_TASK_NOTIFICATION = "<task-notification>"
+
+
+@dataclass(frozen=True)
+class Message:
+    """One user line, or one assistant reply merged from all the lines sharing its `message.id`."""
+
+    role: str  # "user" | "assistant"
+    text: str  # assistant: non-blank text blocks joined with "\n"; user: the prompt text ("" for tool results)
+    kind: str  # assistant: "response"; user: "prompt", "meta", "command", "interrupted", "compact_summary",
+    #            "task_notification" or "tool_result"
+    message_id: str  # assistant: message.id; user: the line uuid
+    uuid: str | None  # uuid of the first line
+    timestamp: str | None
+    is_sidechain: bool
+    agent_id: str | None
+    line_no: int  # 0-based index of the first line (relative to the tail when read with max_bytes)
+
+
+@dataclass
+class Turn:
+    """A typed prompt (or task notification) and the assistant replies up to the next one."""
+
+    prompt: Message
+    responses: list[Message] = field(default_factory=list)
+    interrupted: bool = False
+
+    @property
+    def source(self) -> str:
+        """"prompt" or "task_notification": what started the turn."""
+        return self.prompt.kind
+
+
+@dataclass
+class Transcript:
+    path: Path
+    messages: list[Message] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # "line N: why", N 1-based as in an editor
+
+    def _chain(self, include_sidechain: bool) -> list[Message]:
+        return [m for m in self.messages if include_sidechain or not m.is_sidechain]
+
+    def typed_prompts(self, *, include_sidechain: bool = False) -> list[Message]:
+        """The user's typed prompts, main chain only unless `include_sidechain`."""
+        return [m for m in self._chain(include_sidechain) if m.kind == "prompt"]
+
+    def turns(self, *, include_sidechain: bool = False) -> list[Turn]:
+        """Split the conversation at each typed prompt or task notification; earlier messages are dropped."""
+        turns: list[Turn] = []
+        for m in self._chain(include_sidechain):
+            if m.kind in TURN_STARTS:
+                turns.append(Turn(m))
+            elif not turns:
+                continue
+            elif m.role == "assistant":
+                turns[-1].responses.append(m)
+            elif m.kind == "interrupted":
+                turns[-1].interrupted = True
+        return turns
+
+    def last_assistant_text(self, *, include_sidechain: bool = False) -> str | None:
+        """Text of the last assistant reply with text in the last turn (tool-only replies are skipped)."""
+        turns = self.turns(include_sidechain=include_sidechain)
+        texts = [m.text for m in turns[-1].responses if m.text] if turns else []
+        return texts[-1] if texts else None
+
+
+def read_transcript(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> Transcript:
+    """Parse a transcript; with `max_bytes`, only its last `max_bytes` bytes (the first partial line dropped).
+
+    An unreadable path raises `FileNotFoundError`, `PermissionError` or `IsADirectoryError`.
+    """
+    transcript = Transcript(Path(path))
+    with transcript.path.open("rb") as f:
+        size = f.seek(0, os.SEEK_END)
+        tail = max_bytes is not None and max_bytes < size
+        # In tail mode start one byte early: if that byte ends a line, the first line read is whole.
+        f.seek(size - max(max_bytes, 0) - 1 if tail else 0)
+        data = f.read()
+    if tail:
+        cut = data.find(b"\n")
+        data = data[cut + 1:] if cut >= 0 else b""
+
+    replies: dict[str, tuple[int, list[str]]] = {}  # message.id -> (index in messages, text blocks)
+    for n, line in enumerate(data.decode("utf-8", errors="replace").split("\n")):
+        if not line.strip():
+            continue
+        try:
+            entry = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            transcript.errors.append(f"line {n + 1}: not valid JSON")
+            continue
+        if not isinstance(entry, dict):
+            transcript.errors.append(f"line {n + 1}: not a JSON object")
+            continue
+        role = entry.get("type")
+        if role not in ("user", "assistant"):
+            continue  # progress, system, file-history-snapshot, queue-operation, summary, ...
+        message = entry.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, (str, list)):
+            transcript.errors.append(f"line {n + 1}: {role} line without message content")
+            continue
+        if role == "user":
+            kind, text = _user_kind(entry, content)
+            transcript.messages.append(_message(entry, role, text, kind, entry.get("uuid") or f"line-{n}", n))
+            continue
+        message_id = message.get("id") or entry.get("uuid") or f"line-{n}"
+        if message_id in replies:
+            replies[message_id][1].extend(_texts(content))
+            continue
+        replies[message_id] = (len(transcript.messages), _texts(content))
+        transcript.messages.append(_message(entry, role, "", "response", message_id, n))
+
+    for index, texts in replies.values():
+        transcript.messages[index] = dataclasses.replace(transcript.messages[index], text="\n".join(texts))
+    return transcript
+
+
+def _message(entry: dict, role: str, text: str, kind: str, message_id: str, line_no: int) -> Message:
+    agent_id = entry.get("agentId")
+    return Message(
+        role=role, text=text, kind=kind, message_id=message_id, uuid=entry.get("uuid"),
+        timestamp=entry.get("timestamp"), is_sidechain=bool(entry.get("isSidechain")),
+        agent_id=agent_id if isinstance(agent_id, str) else None, line_no=line_no,
+    )
+
+
+def _blocks(content: str | list, block_type: str) -> list[dict]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if block_type == "text" else []
+    return [b for b in content if isinstance(b, dict) and b.get("type") == block_type]
+
+
+def _texts(content: str | list) -> list[str]:
+    """The non-blank `text` blocks (a string content is one block)."""
+    texts = (b.get("text") for b in _blocks(content, "text"))
+    return [t for t in texts if isinstance(t, str) and t.strip()]
+
+
+def _user_kind(entry: dict, content: str | list) -> tuple[str, str]:
+    """Classify a user line and return (kind, text)."""
+    if _blocks(content, "tool_result"):
+        return "tool_result", ""
+    text = content if isinstance(content, str) else "\n".join(_texts(content))
+    head = text.lstrip()
+    if entry.get("isCompactSummary"):
+        return "compact_summary", text
+    if entry.get("isMeta"):
+        return "meta", text
+    if head.startswith(_INTERRUPTED):
+        return "interrupted", text
+    if head.startswith(_TASK_NOTIFICATION):
+        return "task_notification", text
+    if head.startswith(_COMMAND_TAGS):
+        return "command", text
+    return "prompt", text

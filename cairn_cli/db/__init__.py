@@ -1,0 +1,78 @@
+"""open_db(): the only place a database connection is made."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import peewee
+
+from cairn_cli.db import migrations, tables
+from cairn_cli.errors import ConfigError, MissingDependency
+
+_SQLITE_PRAGMAS = {"journal_mode": "wal", "foreign_keys": 1, "busy_timeout": 5000, "synchronous": "normal"}
+_open: dict[tuple[str, str], peewee.Database] = {}
+
+
+def _connect(url: str) -> peewee.Database:
+    parsed = urlparse(url)
+    if parsed.scheme == "sqlite":
+        raw = unquote(parsed.path if not parsed.netloc else parsed.netloc + parsed.path)
+        if raw in ("", "/:memory:", ":memory:"):
+            return peewee.SqliteDatabase(":memory:", pragmas=_SQLITE_PRAGMAS)
+        path = Path(raw[1:] if raw.startswith("//") else raw)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot create {path.parent}: {exc.strerror}", "set CAIRN_HOME to a writable dir") from None
+        return peewee.SqliteDatabase(str(path), pragmas=_SQLITE_PRAGMAS)
+    if parsed.scheme in ("postgres", "postgresql"):
+        try:
+            import psycopg2  # noqa: F401
+        except ImportError:
+            raise MissingDependency("PostgreSQL URLs need psycopg2", "pip install 'cairn_cli[postgres]'") from None
+        return peewee.PostgresqlDatabase(
+            (parsed.path or "/").lstrip("/") or "postgres",
+            user=unquote(parsed.username) if parsed.username else None,
+            password=unquote(parsed.password) if parsed.password else None,
+            host=parsed.hostname or "127.0.0.1",
+            port=parsed.port or 5432,
+        )
+    raise ConfigError(f"unsupported database URL {url!r}", "use sqlite:///path or postgresql://user@host/db")
+
+
+def _open_one(kind: str, url: str, proxy: peewee.DatabaseProxy, registry) -> peewee.Database:
+    key = (kind, url)
+    db = _open.get(key)
+    if db is None:
+        db = _connect(url)
+        try:
+            db.connect(reuse_if_open=True)
+            migrations.apply_pending(db, registry)
+        except peewee.OperationalError as exc:
+            raise ConfigError(f"cannot open the {kind} database at {url}: {exc}", "check the URL and permissions") from None
+        _open[key] = db
+    proxy.initialize(db)
+    return db
+
+
+def open_memory_db(url: str) -> peewee.Database:
+    """Connect the persistent memory store, apply pending migrations once per process, bind the models."""
+    return _open_one("memory", url, tables.memory_proxy, migrations.MEMORY_MIGRATIONS)
+
+
+def open_ephemeral_db(url: str) -> peewee.Database:
+    """Connect the ephemeral store (deliveries, hook state) the same way."""
+    return _open_one("ephemeral", url, tables.ephemeral_proxy, migrations.EPHEMERAL_MIGRATIONS)
+
+
+def open_db(memory_url: str, ephemeral_url: str) -> tuple[peewee.Database, peewee.Database]:
+    return open_memory_db(memory_url), open_ephemeral_db(ephemeral_url)
+
+
+def close_all() -> None:
+    """Close every connection this process opened (tests and the daemon's shutdown use this)."""
+    for db in _open.values():
+        if not db.is_closed():
+            db.close()
+    _open.clear()

