@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import sys
 import threading
 from dataclasses import dataclass
 from typing import Protocol
@@ -47,7 +48,7 @@ class SentenceEncoder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         vecs = self.model.encode(
-            list(texts), batch_size=64, show_progress_bar=progress, convert_to_numpy=True,
+            list(texts), batch_size=64, show_progress_bar=progress and sys.stderr.isatty(), convert_to_numpy=True,
             normalize_embeddings=True,
         )
         return np.asarray(vecs, dtype=np.float32)

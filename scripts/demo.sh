@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The main job on the embedded default (SQLite under a throw-away CAIRN_HOME, the bundled model):
+# load the shipped example memories, rank three prompts, show the injection blocks and the logged deliveries.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CAIRN_HOME="${CAIRN_HOME:-$PWD/.cairn-demo}"
+rm -rf "$CAIRN_HOME"
+cairn=".venv/bin/cairn"
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+step "import the example memories (SQLite in $CAIRN_HOME)"
+$cairn memory import cairn_cli/data/example_memories.jsonl
+step "importing again merges instead of duplicating"
+$cairn memory import cairn_cli/data/example_memories.jsonl
+
+prompts=(
+  "the integration tests all fail with connection refused, what do I need to start first?"
+  "how should I store prices for the checkout, and why did the VAT report break?"
+  "I want to deploy this fix to production today"
+)
+turn=0
+for p in "${prompts[@]}"; do
+  turn=$((turn + 1))
+  step "cairn rank (turn $turn): $p"
+  $cairn rank "$p" --scope webshop --session demo -k 3
+done
+
+step "the logged deliveries, with provenance"
+$cairn deliveries --session demo

@@ -1,0 +1,56 @@
+"""Every test gets its own CAIRN_HOME and databases under tmp_path; the fast tests use the hashing encoder."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+EXAMPLES = ROOT / "cairn_cli" / "data" / "example_memories.jsonl"
+
+
+@pytest.fixture(autouse=True)
+def cairn_home(tmp_path, monkeypatch):
+    from cairn_cli import db
+    from cairn_cli.commands import _common
+
+    for name in list(os.environ):
+        if name.startswith("CAIRN_"):
+            monkeypatch.delenv(name)
+    home = tmp_path / "home"
+    monkeypatch.setenv("CAIRN_HOME", str(home))
+    monkeypatch.setenv("CAIRN_EMBED_MODEL", "hashing")
+    _common._globals.clear()
+    db.close_all()
+    yield home
+    db.close_all()
+    _common._globals.clear()
+
+
+@pytest.fixture
+def real_model(monkeypatch):
+    """Use the real bundled all-MiniLM-L6-v2 (loaded once per test process)."""
+    monkeypatch.setenv("CAIRN_EMBED_MODEL", "all-MiniLM-L6-v2")
+
+
+@pytest.fixture
+def cli():
+    from cairn_cli.cli import app
+
+    runner = CliRunner()
+
+    def run(*args, input=None):
+        return runner.invoke(app, [str(a) for a in args], input=input, catch_exceptions=False)
+
+    return run
+
+
+def shared(*parts: str) -> Path:
+    path = SHARED_DATA.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"real data not found at {path} (../shared/data is absent on this machine)")
+    return path

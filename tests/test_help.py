@@ -1,0 +1,42 @@
+"""Every command has working --help, is in the README, and `cairn --help` stays light."""
+
+import subprocess
+import sys
+
+import pytest
+
+from cairn_cli.cli import COMMANDS, app, memory_app
+from tests.conftest import ROOT
+
+GROUPS = {id(app): "", id(memory_app): "memory "}
+ALL = [f"{GROUPS[id(parent)]}{name}" for parent, name, _ in COMMANDS]
+
+
+@pytest.mark.parametrize("command", ["", "memory"] + ALL)
+def test_every_help_works(cli, command):
+    result = cli(*command.split(), "--help")
+    assert result.exit_code == 0, result.output
+    assert "Usage:" in result.output
+
+
+@pytest.mark.parametrize("command", ALL)
+def test_every_command_is_in_the_readme(command):
+    assert f"cairn {command}" in (ROOT / "README.md").read_text()
+
+
+def test_every_setting_is_in_the_readme():
+    from cairn_cli.config import SETTINGS
+
+    readme = (ROOT / "README.md").read_text()
+    missing = [name for name in SETTINGS if f"CAIRN_{name}" not in readme]
+    assert not missing
+
+
+def test_help_imports_no_heavy_module():
+    code = ("import sys\nfrom cairn_cli.cli import main\nsys.argv = ['cairn', '--help']\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "heavy = [m for m in ('torch', 'sentence_transformers', 'transformers', 'numpy', 'peewee', 'tqdm')"
+            " if m in sys.modules]\nprint('HEAVY', heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert "HEAVY []" in out.stdout, out.stdout
