@@ -1,0 +1,62 @@
+"""Machine-managed state: values cairn rewrites itself (generation-prompt version, A/B arms, floors, the
+deployed student), each with an audit trail of who set what, when and why. Never hand-edited constants."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from cairn_cli.config import Settings
+from cairn_cli.core.store import open_stores
+
+HISTORY_LIMIT = 200
+
+
+@dataclass
+class StateValue:
+    key: str
+    value: Any
+    updated_at: str | None
+    history: list[dict]
+
+
+def get(key: str, settings: Settings, default: Any = None) -> Any:
+    from cairn_cli.db.tables import MachineState
+
+    open_stores(settings)
+    row = MachineState.get_or_none(MachineState.key == key)
+    return default if row is None else row.value
+
+
+def describe(key: str, settings: Settings) -> StateValue:
+    from cairn_cli.db.tables import MachineState
+
+    open_stores(settings)
+    row = MachineState.get_or_none(MachineState.key == key)
+    if row is None:
+        return StateValue(key, None, None, [])
+    return StateValue(key, row.value, row.updated_at.isoformat(timespec="seconds"), list(row.history))
+
+
+def put(key: str, value: Any, settings: Settings, *, by: str, reason: str, evidence: dict | None = None) -> bool:
+    """Set the value and append an audit record. Setting the same value again changes nothing (returns False)."""
+    from cairn_cli.db.tables import MachineState, memory_proxy
+
+    open_stores(settings)
+    now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    with memory_proxy.atomic():
+        row = MachineState.get_or_none(MachineState.key == key)
+        if row is not None and row.value == value:
+            return False
+        record = {"at": now.isoformat(timespec="seconds"), "by": by, "reason": reason,
+                  "old": None if row is None else row.value, "new": value}
+        if evidence:
+            record["evidence"] = evidence
+        if row is None:
+            MachineState.create(key=key, value=value, updated_at=now, history=[record])
+        else:
+            row.value, row.updated_at = value, now
+            row.history = (list(row.history) + [record])[-HISTORY_LIMIT:]
+            row.save()
+    return True
