@@ -1,3 +1,3 @@
-from cairn_cli.cli import main
+from cairn_cli.entry import main
 
 main()

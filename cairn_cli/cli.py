@@ -12,13 +12,14 @@ from typing import Annotated, Callable, Optional
 
 import typer
 
-from cairn_cli.commands import deliveries, memory, rank
+from cairn_cli.commands import daemon, deliveries, memory, rank
 from cairn_cli.commands._common import set_globals
 from cairn_cli.errors import CairnError
 
 app = typer.Typer(name="cairn", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Decide which long-term memories an agent sees, label every delivery, learn from the labels.")
 memory_app = typer.Typer(no_args_is_help=True, help="The persistent memory store.")
+daemon_app = typer.Typer(no_args_is_help=True, help="The model daemon that keeps the hot path fast.")
 
 
 def handle_errors(fn: Callable) -> Callable:
@@ -68,10 +69,15 @@ COMMANDS: list[tuple[typer.Typer, str, Callable]] = [
     (memory_app, "corroborate", memory.corroborate),
     (memory_app, "contradict", memory.contradict),
     (memory_app, "embed", memory.embed),
+    (daemon_app, "start", daemon.start),
+    (daemon_app, "stop", daemon.stop),
+    (daemon_app, "status", daemon.status),
+    (daemon_app, "serve", daemon.serve),
 ]
 for _parent, _name, _fn in COMMANDS:
     _parent.command(_name)(handle_errors(_fn))
 app.add_typer(memory_app, name="memory")
+app.add_typer(daemon_app, name="daemon")
 
 
 def main() -> None:

@@ -8,19 +8,21 @@ This module is on the hook's hot path: stdlib only.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cairn_cli.errors import ConfigError
 
+if TYPE_CHECKING:
+    from pathlib import Path
 
-@dataclass(frozen=True)
+
 class Setting:
-    name: str
-    default: Any
-    type: type
-    doc: str
+    """One named setting (a plain class: dataclasses costs 14 ms of import on the hook's hot path)."""
+
+    __slots__ = ("name", "default", "type", "doc")
+
+    def __init__(self, name: str, default: Any, type: type, doc: str):
+        self.name, self.default, self.type, self.doc = name, default, type, doc
 
 
 _SETTINGS = [
@@ -44,6 +46,23 @@ _SETTINGS = [
     Setting("CONFIDENCE_PRIOR_POS", 3.0, float, "Beta prior pseudo-count for corroboration (new memory: 0.75)."),
     Setting("CONFIDENCE_PRIOR_NEG", 1.0, float, "Beta prior pseudo-count for contradiction."),
     Setting("INJECTION_MAX_CHARS", 10000, int, "Upper bound of the printed injection block (Claude Code's limit)."),
+    Setting("RERANKER_ENABLED", True, bool, "Use a cross-encoder rerank stage when one resolves."),
+    Setting("RERANK_CANDIDATES", 20, int, "How many of the composite's best the cross-encoder rescores."),
+    Setting("RERANK_BLEND", 0.5, float,
+            "Final = (1-b)*composite + b*reranker, both min-max normalised over the reranked candidates."),
+    Setting("CROSS_ENCODER_STUDENT_PATH", "", str,
+            "Trained student directory (default $CAIRN_HOME/training_data/reranker-student); overrides all."),
+    Setting("CROSS_ENCODER_STUDENT_FLOOR", -100.0, float, "The student's floor (-100: off, it only reorders)."),
+    Setting("RERANKER_BGE_ENABLED", True, bool, "Allow BAAI/bge-reranker-base (only on CUDA with enough VRAM)."),
+    Setting("RERANKER_MIN_VRAM_GB", 6.0, float, "GPU memory bge-reranker-base needs."),
+    Setting("RERANKER_FLOOR_MSMARCO", -3.0, float, "Floor of cross-encoder/ms-marco-MiniLM-L-6-v2 (raw logit)."),
+    Setting("RERANKER_FLOOR_BGE", 0.015, float, "Floor of BAAI/bge-reranker-base (sigmoid score)."),
+    Setting("RERANKER_DTYPE", "auto", str, "fp32, bf16, or auto (bf16 on CPUs with AVX-512 BF16/AMX)."),
+    Setting("RERANKER_MAX_LENGTH", 256, int, "Token bound of a (context, memory) pair for the cross-encoder."),
+    Setting("TORCH_THREADS", 0, int, "Torch intra-op threads in the daemon (0: all cores)."),
+    Setting("DAEMON", "auto", str,
+            "auto: rank in the daemon, else the lexical fallback; off: rank in this process with the models."),
+    Setting("DAEMON_TIMEOUT_MS", 1500, int, "Hook client's connect+read timeout before the in-process fallback."),
     Setting("DEBUG", False, bool, "Show tracebacks for unexpected errors."),
 ]
 SETTINGS: dict[str, Setting] = {s.name: s for s in _SETTINGS}
@@ -70,22 +89,29 @@ def _coerce(setting: Setting, raw: Any, origin: str) -> Any:
         ) from None
 
 
-def home() -> Path:
+def home_dir() -> str:
+    """CAIRN_HOME as a string (no pathlib: the hot path uses this)."""
     raw = os.environ.get("CAIRN_HOME")
     if raw:
-        return Path(raw).expanduser()
+        return os.path.expanduser(raw)
     from platformdirs import user_data_dir
 
-    return Path(user_data_dir("cairn", appauthor=False))
+    return user_data_dir("cairn", appauthor=False)
 
 
-_toml_cache: dict[Path, tuple[float, dict]] = {}
+def home() -> Path:
+    from pathlib import Path
+
+    return Path(home_dir())
+
+
+_toml_cache: dict[str, tuple[float, dict]] = {}
 
 
 def _file_values() -> dict:
-    path = home() / "config.toml"
+    path = os.path.join(home_dir(), "config.toml")
     try:
-        mtime = path.stat().st_mtime
+        mtime = os.stat(path).st_mtime
     except OSError:
         return {}
     cached = _toml_cache.get(path)
@@ -94,19 +120,23 @@ def _file_values() -> dict:
     import tomllib
 
     try:
-        values = {str(k).upper(): v for k, v in tomllib.loads(path.read_text()).items()}
+        with open(path, encoding="utf-8") as fh:
+            values = {str(k).upper(): v for k, v in tomllib.loads(fh.read()).items()}
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}", "fix or remove the file") from None
     _toml_cache[path] = (mtime, values)
     return values
 
 
-def get(name: str, override: Any = None) -> Any:
-    """One setting, by precedence: explicit override > CAIRN_<NAME> > config.toml > default."""
+def get(name: str, override: Any = None, environ: dict | None = None) -> Any:
+    """One setting, by precedence: explicit override > CAIRN_<NAME> > config.toml > default.
+
+    `environ` replaces os.environ: the daemon resolves a request with the calling client's environment.
+    """
     setting = SETTINGS[name]
     if override is not None:
         return _coerce(setting, override, f"--{name.lower().replace('_', '-')}")
-    env = os.environ.get(f"CAIRN_{name}")
+    env = (os.environ if environ is None else environ).get(f"CAIRN_{name}")
     if env is not None:
         return _coerce(setting, env, f"CAIRN_{name}")
     file_values = _file_values() if name != "HOME" else {}
@@ -118,16 +148,20 @@ def get(name: str, override: Any = None) -> Any:
 class Settings:
     """A view of all settings with per-call overrides (the CLI's flags)."""
 
-    def __init__(self, **overrides: Any):
+    def __init__(self, environ: dict | None = None, **overrides: Any):
         unknown = set(overrides) - set(SETTINGS)
         if unknown:
             raise KeyError(f"unknown settings: {sorted(unknown)}")
         self._overrides = {k: v for k, v in overrides.items() if v is not None}
+        self._environ = environ
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_") or name not in SETTINGS:
             raise AttributeError(name)
-        return get(name, self._overrides.get(name))
+        return get(name, self._overrides.get(name), self._environ)
+
+    def overrides(self) -> dict[str, Any]:
+        return dict(self._overrides)
 
     def weights(self) -> dict[str, float]:
         return {
@@ -137,6 +171,13 @@ class Settings:
             "confidence": self.SCORE_W_CONFIDENCE,
             "recency": self.SCORE_W_RECENCY,
         }
+
+
+def student_path(override: str | None = None) -> Path:
+    from pathlib import Path
+
+    raw = get("CROSS_ENCODER_STUDENT_PATH", override)
+    return Path(raw).expanduser() if raw else home() / "training_data" / "reranker-student"
 
 
 def memory_db_url(override: str | None = None) -> str:

@@ -37,3 +37,7 @@ class MissingDependency(CairnError):
 
 class DaemonUnavailable(CairnError):
     """The model daemon did not answer: exit 1."""
+
+
+class DeadlineExceeded(CairnError):
+    """The caller stopped waiting: the work is abandoned before anything is written."""

@@ -1,11 +1,9 @@
 """Ranking-quality benchmark: BM25 vs dense vs cairn's composite, side by side, on Cranfield and LoCoMo dev.
 
-    .venv/bin/python scripts/bench_ranking.py                      # full run -> bench/ranking.md + ranking.json
-    .venv/bin/python scripts/bench_ranking.py --limit-queries 20 --datasets cranfield --out /tmp/bench
+    .venv/bin/python scripts/bench_ranking.py [--diagnose] [--limit-queries 20 --datasets cranfield --out /tmp/b]
 
-Data is read in place from ../shared/data (never copied into the repo). A system is a function
-`(store, query) -> memory indices, best first`; add a row by adding one entry to SYSTEMS.
-`--diagnose` also prints (stdout only) composite variants: other weights and score normalisations.
+Data is read in place from ../shared/data, never copied. A system is `(store, query) -> memory indices, best
+first`: add a row by adding one entry to SYSTEMS. `--diagnose` prints composite variants (stdout only).
 """
 
 from __future__ import annotations
@@ -48,7 +46,6 @@ class Query:
 class Store:
     """One memory store: its texts, their embeddings, its queries, and per-system indexes built on first use."""
 
-    name: str
     texts: list[str]
     vecs: np.ndarray
     queries: list[Query] = field(default_factory=list)
@@ -94,26 +91,22 @@ def cosine(store: Store, query: Query) -> np.ndarray:
     return store.vecs @ query.vec
 
 
-def _cairn_index(store: Store) -> tuple[Any, list[Any], Any]:
+def _cairn_table(store: Store) -> tuple[Any, Any]:
+    """cairn's ScoringTable over the store, built once (as the daemon keeps one warm per scope)."""
     from cairn_cli.config import Settings
-    from cairn_cli.core.scoring import Candidate, LexicalIndex, lexical_field
+    from cairn_cli.core.scoring import Candidate, ScoringTable
 
     settings = Settings()
     cands = [Candidate(id=i, content=text, keywords=[], scope="bench", kind="fact", confidence=0.75,
                        updated_at=NOW) for i, text in enumerate(store.texts)]
-    index = LexicalIndex([lexical_field(c, settings.KEYWORD_FIELD_WEIGHT) for c in cands])
-    return settings, cands, index
+    return settings, ScoringTable(cands, settings.KEYWORD_FIELD_WEIGHT)
 
 
 def composite_system(store: Store, query: Query) -> np.ndarray:
-    """cairn's scorer, called exactly as the product calls it."""
-    from cairn_cli.core.scoring import composite
-
-    s, cands, index = store.cached("cairn", _cairn_index)
-    sims = cosine(store, query).tolist()
-    scored = composite(cands, query.text, sims, scope=None, weights=s.weights(),
-                       half_life_days=s.RECENCY_HALF_LIFE_DAYS, keyword_weight=s.KEYWORD_FIELD_WEIGHT,
-                       index=index, now=NOW)
+    """cairn's scorer, called as core/ranking.py calls it (full ranking: top=None; no score > 0 filter)."""
+    s, table = store.cached("cairn", _cairn_table)
+    scored = table.score(query.text, cosine(store, query), scope=None, weights=s.weights(),
+                         half_life_days=s.RECENCY_HALF_LIFE_DAYS, now=NOW)
     return np.array([sc.candidate.id for sc in scored])
 
 
@@ -129,8 +122,8 @@ SYSTEMS: dict[str, System] = {
 def cairn_bm25_scores(store: Store, query: Query) -> np.ndarray:
     from cairn_cli.core.text import terms
 
-    _, _, index = store.cached("cairn", _cairn_index)
-    return np.array(index.scores(terms(query.text)))
+    _, table = store.cached("cairn", _cairn_table)
+    return np.asarray(table.index.scores(terms(query.text)), dtype=np.float64)
 
 
 def _normalise(x: np.ndarray, how: str) -> np.ndarray:
@@ -145,7 +138,7 @@ def fusion(w_lex: float, w_sim: float = 0.50, norm: str = "max", lex: Callable =
     def system(store: Store, query: Query) -> np.ndarray:
         sims = cosine(store, query).astype(np.float64)
         sims = np.maximum(sims, 0.0) if norm == "max" else _normalise(sims, norm)
-        score = w_sim * np.round(sims, 6) + w_lex * np.round(_normalise(lex(store, query), norm), 6)
+        score = w_sim * sims + w_lex * _normalise(lex(store, query), norm)
         return np.lexsort((-np.arange(len(score)), -score))  # composite's tie-break: newer (higher) id first
     return system
 
@@ -161,8 +154,7 @@ DIAGNOSTICS: dict[str, System] = {
     "composite (reimpl, 0.15/0.50 max)": fusion(0.15),
     "cairn BM25 alone": fusion(1.0, 0.0),
     **{f"max-norm w_lex={w}": fusion(w) for w in (0.05, 0.30, 0.50, 1.00, 2.00)},
-    "minmax both 0.5/0.5": fusion(0.5, 0.5, "minmax"),
-    "minmax both 0.3/0.7": fusion(0.3, 0.7, "minmax"),
+    **{f"minmax both {a}/{b}": fusion(a, b, "minmax") for a, b in ((0.5, 0.5), (0.3, 0.7))},
     "z-score both 0.5/0.5": fusion(0.5, 0.5, "z"),
     "bm25s max-norm 0.15/0.50": fusion(0.15, lex=bm25s_scores),
     "RRF(bm25s, dense) k=60": rrf,
@@ -178,12 +170,8 @@ def ndcg(ranking: np.ndarray, relevant: dict[int, int], k: int = K_NDCG) -> floa
 
 
 def average_precision(ranking: np.ndarray, relevant: dict[int, int], k: int = K_MAP) -> float:
-    hits, total = 0, 0.0
-    for i, d in enumerate(ranking[:k]):
-        if int(d) in relevant:
-            hits += 1
-            total += hits / (i + 1)
-    return total / len(relevant)
+    hits = np.array([int(d) in relevant for d in ranking[:k]])
+    return float((np.cumsum(hits) / np.arange(1, len(hits) + 1))[hits].sum() / len(relevant))
 
 
 def recall(ranking: np.ndarray, relevant: dict[int, int], k: int) -> float:
@@ -222,18 +210,14 @@ def _encode(texts: list[str]) -> np.ndarray:
 
 
 def _cran_records(path: Path) -> list[dict[str, str]]:
-    """`.I n` starts a record; `.T/.A/.B/.W` start fields (a repeated marker appends to its field)."""
-    records: list[dict[str, str]] = []
-    key = ""
-    for line in path.read_text().splitlines():
-        line = line.rstrip("\r")
-        if line.startswith(".I"):
-            records.append({"id": line[2:].strip()})
-        elif re.fullmatch(r"\.[TABW]", line):
-            key = line[1]
-            records[-1].setdefault(key, "")
-        elif records and key:
-            records[-1][key] += line + "\n"
+    """`.I n` starts a record, `.T/.A/.B/.W` a field (a repeated marker appends); read_text folds CRLF."""
+    records = []
+    for chunk in re.split(r"^\.I ", path.read_text(), flags=re.M)[1:]:
+        rec_id, *parts = re.split(r"^\.([TABW])[ \t]*$", chunk, flags=re.M)
+        record = {"id": rec_id.strip()}
+        for key, body in zip(parts[::2], parts[1::2]):
+            record[key] = record.get(key, "") + body
+        records.append(record)
     return records
 
 
@@ -251,7 +235,7 @@ def load_cranfield(data: Path, limit: int | None) -> list[Store]:
                 judged.setdefault(qpos - 1, {})[doc_index[doc]] = CRAN_GRADES[code]
     keep = [i for i in range(len(queries)) if judged.get(i)][:limit]
     print(f"cranfield: embedding {len(texts)} docs + {len(keep)} queries", file=sys.stderr)
-    store = Store("cranfield", texts, _encode(texts))
+    store = Store(texts, _encode(texts))
     qvecs = _encode([queries[i] for i in keep])
     store.queries = [Query(queries[i], qvecs[j], judged[i]) for j, i in enumerate(keep)]
     return [store]
@@ -278,7 +262,8 @@ def load_locomo(data: Path, limit: int | None) -> tuple[dict[str, list[Store]], 
               f"{len(qa)} questions", file=sys.stderr)
         qvecs = _encode([q["question"] for q in qa])
         for variant, memories in (("turns", turns), ("observations", observations)):
-            store = Store(f"{conv['sample_id']}/{variant}", [t for _, t in memories], _encode([t for _, t in memories]))
+            texts = [text for _, text in memories]
+            store = Store(texts, _encode(texts))
             for q, vec in zip(qa, qvecs):
                 evidence = dia_ids(q["evidence"])
                 relevant = {i: 3 for i, (ids, _) in enumerate(memories) if ids & evidence}  # constant gain = binary
@@ -294,32 +279,27 @@ def load_locomo(data: Path, limit: int | None) -> tuple[dict[str, list[Store]], 
 
 def table(header: list[str], rows: list[list[Any]]) -> str:
     cells = [[f"{c:.3f}" if isinstance(c, float) else str(c) for c in row] for row in rows]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|"]
-    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in cells])
+    rule = "|---|" + "---:|" * (len(header) - 1)
+    return "\n".join(["| " + " | ".join(header) + " |", rule, *("| " + " | ".join(r) + " |" for r in cells)])
 
 
-def cranfield_table(res: dict) -> str:
-    return table(["system", "queries", *CRAN_METRICS], [[s, r["all"]["n"], *(r["all"][m] for m in CRAN_METRICS)]
-                                                        for s, r in res.items()])
+def overall_table(res: dict[str, dict], metrics: dict, first: str = "system") -> str:
+    """One row per system, overall figures (Cranfield, and the diagnostic section)."""
+    return table([first, "queries", *metrics], [[s, r["all"]["n"], *(r["all"][m] for m in metrics)]
+                                                for s, r in res.items()])
 
 
-def locomo_table(res: dict) -> str:
+def category_table(res: dict[str, dict], metrics: dict) -> str:
+    """One row per LoCoMo category (then overall), systems side by side."""
     systems = list(res)
-    header = ["category", "n", *(f"{s} {m}" for s in systems for m in LOCOMO_METRICS)]
     rows = []
     for group in [*sorted(LOCOMO_CATEGORIES), "all"]:
-        first = res[systems[0]].get(group)
-        if first is None:
+        if (first := res[systems[0]].get(group)) is None:
             continue
-        label = (f"**overall (excl. 5)**" if group == "all" else
+        label = ("**overall (excl. 5)**" if group == "all" else
                  f"{group} {LOCOMO_CATEGORIES[group]}" + (" (excluded)" if group == EXCLUDED_CATEGORY else ""))
-        rows.append([label, first["n"], *(res[s][group][m] for s in systems for m in LOCOMO_METRICS)])
-    return table(header, rows)
-
-
-def overall_table(results: dict[str, dict], metrics: dict) -> str:
-    """One row per system: overall figures only (for the diagnostic section)."""
-    return table(["variant", *metrics], [[s, *(r["all"][m] for m in metrics)] for s, r in results.items()])
+        rows.append([label, first["n"], *(res[s][group][m] for s in systems for m in metrics)])
+    return table(["category", "n", *(f"{s} {m}" for s in systems for m in metrics)], rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -337,59 +317,59 @@ def main(argv: list[str] | None = None) -> int:
     if missing := [d for d in datasets if not (args.data / d).is_dir()]:
         sys.exit(f"error: benchmark data not found: {', '.join(str(args.data / d) for d in missing)} "
                  "(the shared data folder sits next to the project; pass --data DIR)")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        os.environ.setdefault(var, "1")
     from cairn_cli.config import Settings
 
-    start = time.perf_counter()
+    start, diag_seconds = time.perf_counter(), 0.0
+    # (results key, section title, stores, metrics, size line)
+    jobs: list[tuple[str, str, list[Store], dict[str, Callable], str]] = []
     results: dict[str, Any] = {}
-    sections: list[str] = []
-    sizes: list[str] = []
-    diagnostics: list[str] = []
     if "cranfield" in datasets:
         stores = load_cranfield(args.data, args.limit_queries)
-        results["cranfield"] = evaluate(stores, SYSTEMS, CRAN_METRICS)
-        sizes.append(f"Cranfield: {len(stores[0].texts)} docs, {len(stores[0].queries)} queries with a relevant judgment")
-        sections.append("## Cranfield (graded NDCG@10, MAP@100; text = title + abstract)\n\n"
-                        + cranfield_table(results["cranfield"]))
-        if args.diagnose:
-            diagnostics.append("### Cranfield\n\n" + overall_table(evaluate(stores, DIAGNOSTICS, CRAN_METRICS),
-                                                                   CRAN_METRICS))
+        jobs.append(("cranfield", "Cranfield (graded NDCG@10, MAP@100; text = title + abstract)", stores,
+                     CRAN_METRICS, f"Cranfield: {len(stores[0].texts)} docs, {len(stores[0].queries)} queries "
+                     "with a relevant judgment"))
     if "locomo" in datasets:
         by_variant, skipped = load_locomo(args.data, args.limit_queries)
-        results["locomo"] = {"skipped_no_relevant": skipped}
+        results["locomo_skipped_no_relevant"] = skipped
         for variant, stores in by_variant.items():
-            results["locomo"][variant] = evaluate(stores, SYSTEMS, LOCOMO_METRICS)
-            n_mem, n_q = sum(len(s.texts) for s in stores), sum(len(s.queries) for s in stores)
-            sizes.append(f"LoCoMo dev {variant}: {len(stores)} stores, {n_mem} memories, {n_q} questions "
-                         f"({skipped[variant]} skipped: no resolvable relevant memory)")
-            sections.append(f"## LoCoMo dev — {variant} (binary NDCG@10; overall excludes category 5)\n\n"
-                            + locomo_table(results["locomo"][variant]))
-            if args.diagnose:
-                diagnostics.append(f"### LoCoMo {variant} (overall, excl. category 5)\n\n"
-                                   + overall_table(evaluate(stores, DIAGNOSTICS, LOCOMO_METRICS), LOCOMO_METRICS))
-    elapsed = time.perf_counter() - start
-    script = Path(__file__).resolve()
-    command = " ".join(["python", str(script.relative_to(ROOT) if script.is_relative_to(ROOT) else script),
-                        *(argv if argv is not None else sys.argv[1:])])
+            jobs.append((f"locomo_{variant}", f"LoCoMo dev: {variant} (binary NDCG@10; overall excludes category 5)",
+                         stores, LOCOMO_METRICS,
+                         f"LoCoMo dev {variant}: {len(stores)} stores, {sum(len(s.texts) for s in stores)} memories, "
+                         f"{sum(len(s.queries) for s in stores)} questions "
+                         f"({skipped[variant]} skipped: no resolvable relevant memory)"))
+    sections, diagnostics = [], []
+    for key, title, stores, metrics, _ in jobs:
+        results[key] = evaluate(stores, SYSTEMS, metrics)
+        render = overall_table if key == "cranfield" else category_table
+        sections.append(f"## {title}\n\n{render(results[key], metrics)}")
+        if args.diagnose:
+            t0 = time.perf_counter()
+            diagnostics.append(f"### {key} (overall)\n\n"
+                               + overall_table(evaluate(stores, DIAGNOSTICS, metrics), metrics, "variant"))
+            diag_seconds += time.perf_counter() - t0
+    elapsed = time.perf_counter() - start - diag_seconds
+    command = " ".join(["python", *sys.argv]) if argv is None else f"main({argv!r})"
     meta = {"date": dt.datetime.now().isoformat(timespec="seconds"), "machine": f"{os.cpu_count()} cores CPU "
             f"({platform.machine()}, {platform.python_implementation()} {platform.python_version()}), no GPU",
-            "command": command, "weights": Settings().weights(), "sizes": sizes, "seconds": round(elapsed, 1)}
-    header = "\n".join(["# Ranking benchmark: BM25 vs dense vs composite", "",
-                        f"- date: {meta['date']}", f"- machine: {meta['machine']}", f"- command: `{command}`",
-                        f"- composite weights (Settings()): {meta['weights']}", "- embedder: all-MiniLM-L6-v2; "
-                        "bm25: bm25s (Lucene BM25, k1=1.5 b=0.75, PyStemmer English, English stop words)",
-                        *(f"- {s}" for s in sizes), f"- run time: {elapsed:.0f} s (including diagnostics)"
-                        if args.diagnose else f"- run time: {elapsed:.0f} s"])
+            "command": command, "weights": Settings().weights(), "sizes": [job[4] for job in jobs],
+            "seconds": round(elapsed, 1), "diagnostic_seconds": round(diag_seconds, 1)}
+    header = "\n".join([
+        "# Ranking benchmark: BM25 vs dense vs composite", "", f"- date: {meta['date']}",
+        f"- machine: {meta['machine']}", f"- command: `{command}`", f"- composite weights: {meta['weights']}",
+        "- dense: all-MiniLM-L6-v2 cosine; bm25: bm25s (Lucene BM25, k1=1.5, b=0.75, PyStemmer English, "
+        "bm25s's 33-word English stop list)", *(f"- {line}" for line in meta["sizes"]),
+        f"- run time: {elapsed:.0f} s (model load, embedding, all systems; diagnostics excluded)"])
     report = header + "\n\n" + "\n\n".join(sections) + "\n"
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "ranking.md").write_text(report)
     (args.out / "ranking.json").write_text(json.dumps({"meta": meta, **results}, indent=2) + "\n")
     print(report)
     if diagnostics:
-        print("## Diagnostics (composite variants; cairn BM25 unless named; not written to ranking.md)\n")
+        print(f"## Diagnostics: composite variants ({diag_seconds:.0f} s; cairn BM25 unless named; stdout only)\n")
         print("\n\n".join(diagnostics))
-    print(f"wrote {args.out / 'ranking.md'} and ranking.json in {elapsed:.0f} s", file=sys.stderr)
+    print(f"wrote {args.out / 'ranking.md'} and ranking.json", file=sys.stderr)
     return 0
 
 

@@ -24,6 +24,8 @@ def cairn_home(tmp_path, monkeypatch):
     home = tmp_path / "home"
     monkeypatch.setenv("CAIRN_HOME", str(home))
     monkeypatch.setenv("CAIRN_EMBED_MODEL", "hashing")
+    monkeypatch.setenv("CAIRN_DAEMON", "off")  # rank in-process unless a test starts a real daemon
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-empty"))  # no user's cross-encoder leaks into tests
     _common._globals.clear()
     db.close_all()
     yield home

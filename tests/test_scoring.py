@@ -5,7 +5,7 @@ import datetime as dt
 import pytest
 
 from cairn_cli.config import Settings
-from cairn_cli.core.scoring import Candidate, LexicalIndex, composite, lexical_field, recency
+from cairn_cli.core.scoring import Candidate, LexicalIndex, ScoringTable, lexical_field, recency
 
 NOW = dt.datetime(2026, 6, 1)
 
@@ -18,7 +18,7 @@ def _cand(i, content, keywords=(), scope="global", confidence=0.75, age_days=0.0
 def _score(cands, query, sims=None, scope=None, **weights):
     s = Settings()
     w = {**s.weights(), **weights}
-    return composite(cands, query, sims, scope=scope, weights=w, half_life_days=30.0, keyword_weight=2, now=NOW)
+    return ScoringTable(cands, 2).score(query, sims, scope=scope, weights=w, half_life_days=30.0, now=NOW)
 
 
 def test_zero_weighted_components_are_computed_and_recorded_but_weigh_nothing():
@@ -69,12 +69,21 @@ def test_bm25_matches_the_textbook_formula():
     tf, dl = 2, 3
     expected = idf * tf * 2.2 / (tf + 1.2 * (1 - 0.75 + 0.75 * dl / avgdl))
     assert index.scores(["cat"])[0] == pytest.approx(expected)
-    assert index.scores(["fish"]) == [0.0, 0.0, 0.0]
+    assert index.scores(["fish"]).tolist() == [0.0, 0.0, 0.0]
 
 
 def test_identifiers_match_whole_and_by_parts():
     field = lexical_field(_cand(1, "set HF_HUB_OFFLINE before loading"), 2)
     assert "hf_hub_offlin" in field and "offlin" in field
+
+
+def test_top_keeps_the_best_in_order():
+    cands = [_cand(i, f"note {i}") for i in range(1, 30)]
+    sims = [i / 100 for i in range(1, 30)]
+    everything = _score(cands, "note", sims=sims)
+    top = ScoringTable(cands, 2).score("note", sims, scope=None, weights=Settings().weights(), half_life_days=30.0,
+                                       now=NOW, top=5)
+    assert [s.candidate.id for s in top] == [s.candidate.id for s in everything[:5]] == [29, 28, 27, 26, 25]
 
 
 def test_recency_half_life():

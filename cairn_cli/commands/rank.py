@@ -1,4 +1,7 @@
-"""`cairn rank`: which memories fit this context; prints the injection block and logs each delivery."""
+"""`cairn rank`: which memories fit this context; prints the injection block and logs each delivery.
+
+The shell hook reaches `rank` through cairn_cli/entry.py (argparse, no Typer); both share cairn_cli/hotpath.py.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +9,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from cairn_cli import output
-from cairn_cli.commands._common import read_text_arg, settings
+from cairn_cli.commands._common import globals_overrides
+from cairn_cli.hotpath import emit_rank, rank_fields, read_prompt
 
 
 def rank(
@@ -20,25 +23,15 @@ def rank(
     turn: Annotated[Optional[int], typer.Option(min=0, help="Turn number (default: the session's next).")] = None,
     no_log: Annotated[bool, typer.Option("--no-log", help="Do not log deliveries.")] = False,
     json: Annotated[bool, typer.Option("--json", help="Print the ranking with its score components as JSON.")] = False,
+    autostart: Annotated[bool, typer.Option("--autostart", help="Spawn the daemon for next time if it is down.")] = False,
 ) -> None:
-    """Rank the memories for a prompt and print the injection block.
+    """Rank the memories for a prompt and print the injection block (in the daemon when it runs).
 
     Example: cairn rank "why does the daemon not start?" --scope cairn --session s1
     """
-    from cairn_cli.core.ranking import RankRequest, rank as run_rank
+    from cairn_cli.daemon import dispatch
 
-    text = read_text_arg(prompt, "prompt", "pass the prompt as an argument or pipe it on stdin")
-    result = run_rank(RankRequest(prompt=text, session_id=session, scope=scope, transcript=transcript, k=k,
-                                  layer=layer, turn=turn, log=not no_log), settings())
-    if json:
-        output.json_out({
-            "session_id": result.session_id, "turn": result.turn, "context_key": result.context.key,
-            "context_window": result.context.text, "reranker_model": result.reranker_model,
-            "embed_model": result.embed_model, "ranker": result.ranker, "candidates": result.candidates,
-            "dropped": result.dropped, "delivery_ids": result.delivery_ids,
-            "memories": [vars(i) for i in result.items],
-        })
-        return
-    output.text_out(result.block)
-    if not result.items:
-        output.message(f"no memory above the threshold among {result.candidates} candidates")
+    text = read_prompt(prompt)
+    result = dispatch.rank(rank_fields(text, session, scope, transcript, k, layer, turn, not no_log),
+                           globals_overrides(), autostart=autostart)
+    emit_rank(result, json)

@@ -1,22 +1,32 @@
-"""The rank pipeline: context window -> candidates in scope -> prefilter -> composite -> rerank stage -> top k.
+"""The rank pipeline: context window -> candidates in scope -> prefilter -> composite -> rerank -> floor -> top k.
 
-The rerank stage is a seam: `Reranker` is anything with a name, a floor and `score(query, texts)`. With no
-reranker the stage is "none" and the composite order stands; the provenance says so on every delivery.
+A `RankEngine` holds what ranking needs warm: the embedding encoder (None in the lexical fallback), the
+cross-encoder (None: the stage is "none") and a cache of scoring tables keyed by the memory store's version.
+The daemon keeps one engine for its lifetime; an in-process call builds one for itself.
+
+Rerank stage: the cross-encoder scores the composite's top RERANK_CANDIDATES against the context window;
+memories whose native score is under the model's floor are dropped; the rest are ordered by
+    final = (1 - RERANK_BLEND) * composite_norm + RERANK_BLEND * reranker_norm
+where both are min-max normalised over the surviving candidates (a lone survivor gets 1 for both), so that
+neither scale (composite 0..0.7, logits -11..+11) dominates by accident. Raw, native and normalised reranker
+scores go into score_components.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from cairn_cli import config
 from cairn_cli.config import Settings
 from cairn_cli.core import deliveries
 from cairn_cli.core.context import ContextWindow, build_context_window
 from cairn_cli.core.injection import format_block
 from cairn_cli.core.prefilter import is_self_referential_meta
-from cairn_cli.core.scoring import GLOBAL_SCOPE, Candidate, Scored, composite
+from cairn_cli.core.scoring import GLOBAL_SCOPE, Candidate, Scored, ScoringTable
 from cairn_cli.core.store import open_stores
-from cairn_cli.errors import InvalidInput
+from cairn_cli.errors import DeadlineExceeded, InvalidInput
 
 NO_RERANKER = "none"
 
@@ -25,7 +35,9 @@ class Reranker(Protocol):
     name: str
     floor: float
 
-    def score(self, query: str, texts: list[str]) -> list[float]: ...
+    def logits(self, query: str, texts: list[str]) -> list[float]: ...
+
+    def score_from_logits(self, raw: list[float]) -> list[float]: ...
 
 
 @dataclass
@@ -38,6 +50,7 @@ class RankRequest:
     layer: str = "prompt"
     turn: int | None = None
     log: bool = True
+    commit_deadline: float | None = None  # epoch seconds: past it, log nothing (the caller has fallen back)
 
 
 @dataclass
@@ -66,6 +79,14 @@ class RankResult:
     candidates: int
     dropped: dict = field(default_factory=dict)
     delivery_ids: list[int] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {"session_id": self.session_id, "turn": self.turn, "context_key": self.context.key,
+                "context_window": self.context.text, "reranker_model": self.reranker_model,
+                "embed_model": self.embed_model, "ranker": self.ranker, "candidates": self.candidates,
+                "dropped": self.dropped, "delivery_ids": self.delivery_ids, "notes": self.notes,
+                "block": self.block, "memories": [vars(i) for i in self.items]}
 
 
 def known_scopes(settings: Settings) -> list[str]:
@@ -76,18 +97,92 @@ def known_scopes(settings: Settings) -> list[str]:
     return sorted({r.scope for r in rows} | {GLOBAL_SCOPE})
 
 
+def store_version(settings: Settings) -> tuple:
+    """Changes whenever a memory is added, merged, superseded or re-scored (cheap: one aggregate query)."""
+    from peewee import fn
+
+    from cairn_cli.db.tables import Memory
+
+    open_stores(settings)
+    row = Memory.select(fn.COUNT(Memory.id), fn.MAX(Memory.id), fn.MAX(Memory.updated_at)).tuples().first()
+    return (config.memory_db_url(settings.DB_URL),) + tuple(str(v) for v in row)
+
+
+@dataclass
+class _Table:
+    version: tuple
+    table: ScoringTable
+    matrix: object  # np.ndarray (n x dim) or None
+    prefiltered: int
+
+
+class RankEngine:
+    def __init__(self, encoder=None, reranker: Reranker | None = None, *, ranker: str = "cairn",
+                 notes: list[str] | None = None):
+        self.encoder = encoder
+        self.reranker = reranker
+        self.ranker = ranker
+        self.notes = list(notes or [])
+        self._tables: dict[tuple, _Table] = {}
+
+    @classmethod
+    def in_process(cls, settings: Settings, *, with_reranker: bool = True) -> RankEngine:
+        """Load the configured models in this process (slow: for the daemon, tests and --in-process)."""
+        from cairn_cli.core.reranking import load_reranker
+        from cairn_cli.ml.models import get_encoder
+
+        reranker, notes = load_reranker(settings) if with_reranker else (None, [])
+        return cls(get_encoder(settings.EMBED_MODEL), reranker, notes=notes)
+
+    @classmethod
+    def lexical_fallback(cls, reason: str) -> RankEngine:
+        """No model at all: keywords and scope only. Its provenance says so."""
+        return cls(None, None, ranker="cairn-fallback", notes=[f"fallback: {reason}"])
+
+    def table(self, settings: Settings, scope: str | None) -> _Table:
+        import numpy as np
+
+        version = store_version(settings)
+        key = (scope, settings.RELEVANCE_PREFILTER_ENABLED, settings.KEYWORD_FIELD_WEIGHT,
+               self.encoder.name if self.encoder else None)
+        cached = self._tables.get(key)
+        if cached is not None and cached.version == version:
+            return cached
+        cands, blobs = load_candidates(settings, scope, self.encoder.name if self.encoder else None)
+        kept, removed = prefilter(cands, settings)
+        keep = {c.id for c in kept}
+        matrix = None
+        if self.encoder is not None:
+            dim = self.encoder.dim
+            zero = np.zeros(dim, dtype=np.float32)
+            rows = [np.frombuffer(b, dtype=np.float32) if b is not None else zero
+                    for c, b in zip(cands, blobs) if c.id in keep]
+            matrix = np.stack(rows) if rows else np.zeros((0, dim), dtype=np.float32)
+        entry = _Table(version, ScoringTable(kept, settings.KEYWORD_FIELD_WEIGHT), matrix, removed)
+        self._tables[key] = entry
+        return entry
+
+    def embed(self, texts: list[str]):
+        return self.encoder.encode(texts)
+
+
 def load_candidates(settings: Settings, scope: str | None, embed_model: str | None):
     """Live memories in scope (scope + global; all when no scope) and their embeddings from `embed_model`."""
     from cairn_cli.db.tables import Memory
 
-    query = Memory.select().where(Memory.superseded_by.is_null()).order_by(Memory.id)
+    open_stores(settings)
+    fields = [Memory.id, Memory.content, Memory.keywords, Memory.scope, Memory.kind, Memory.confidence,
+              Memory.updated_at, Memory.source_ref, Memory.embedding_model]
+    if embed_model:
+        fields.append(Memory.embedding)
+    query = Memory.select(*fields).where(Memory.superseded_by.is_null()).order_by(Memory.id)
     if scope and scope != GLOBAL_SCOPE:
         query = query.where(Memory.scope.in_([scope, GLOBAL_SCOPE]))
     elif scope == GLOBAL_SCOPE:
         query = query.where(Memory.scope == GLOBAL_SCOPE)
     cands, blobs = [], []
     for m in query:
-        usable = m.embedding is not None and m.embedding_model == embed_model
+        usable = bool(embed_model) and m.embedding is not None and m.embedding_model == embed_model
         cands.append(Candidate(id=m.id, content=m.content, keywords=list(m.keywords), scope=m.scope, kind=m.kind,
                                confidence=m.confidence, updated_at=m.updated_at, source_ref=m.source_ref,
                                has_embedding=usable))
@@ -102,25 +197,35 @@ def prefilter(cands: list[Candidate], settings: Settings) -> tuple[list[Candidat
     return kept, len(cands) - len(kept)
 
 
-def select(scored: list[Scored], settings: Settings, k: int, reranker: Reranker | None) -> tuple[list[Scored], dict]:
-    """Apply the rerank stage (none yet: composite order) and the minimum score; keep the top k."""
-    dropped = {"min_score": 0}
-    kept = []
-    for s in scored:
-        s.components["reranker"] = reranker.name if reranker else NO_RERANKER
-        if s.score < settings.RANK_MIN_SCORE or s.score <= 0.0:
-            dropped["min_score"] += 1
-            continue
-        kept.append(s)
-    return kept[:k], dropped
+def _minmax(values: list[float]) -> list[float]:
+    lo, hi = min(values), max(values)
+    return [1.0] * len(values) if hi - lo < 1e-12 else [(v - lo) / (hi - lo) for v in values]
 
 
-def rank(request: RankRequest, settings: Settings, *, reranker: Reranker | None = None) -> RankResult:
-    """Rank the memories in scope for the prompt (+ transcript), print-ready, and log each delivery."""
-    import numpy as np
+def rerank_stage(scored: list[Scored], query: str, reranker: Reranker, blend: float) -> tuple[list[Scored], int]:
+    """Cross-encoder scores, the floor, the normalised blend. Returns the survivors best first and the drop count."""
+    if not scored:
+        return [], 0
+    raw = reranker.logits(query, [s.candidate.content for s in scored])
+    native = reranker.score_from_logits(raw)
+    for s, r, n in zip(scored, raw, native):
+        s.components.update(reranker_raw=round(r, 6), reranker_score=round(n, 6),
+                            reranker_floor=reranker.floor, reranker_dropped=n < reranker.floor)
+    kept = [s for s, n in zip(scored, native) if n >= reranker.floor]
+    if not kept:
+        return [], len(scored)
+    comp_norm = _minmax([s.score for s in kept])
+    rer_norm = _minmax([s.components["reranker_score"] for s in kept])
+    for s, c, r in zip(kept, comp_norm, rer_norm):
+        s.components.update(composite_norm=round(c, 6), reranker_norm=round(r, 6), blend=blend)
+        s.score = (1 - blend) * c + blend * r
+        s.components["final"] = round(s.score, 6)
+    kept.sort(key=lambda s: (-s.score, -s.candidate.id))
+    return kept, len(scored) - len(kept)
 
-    from cairn_cli.ml.models import get_encoder
 
+def rank(request: RankRequest, settings: Settings, engine: RankEngine) -> RankResult:
+    """Rank the memories in scope for the prompt (+ transcript), format the block, and log each delivery."""
     open_stores(settings)
     k = request.k if request.k is not None else settings.RANK_K
     if k < 1:
@@ -132,28 +237,31 @@ def rank(request: RankRequest, settings: Settings, *, reranker: Reranker | None 
     if request.scope and request.scope not in known_scopes(settings):
         raise InvalidInput(f"unknown scope {request.scope!r} (known: {', '.join(known_scopes(settings))})",
                            "pass one of the known scopes or add memories with --scope first")
-    encoder = get_encoder(settings.EMBED_MODEL)
-    cands, blobs = load_candidates(settings, request.scope, encoder.name)
-    total = len(cands)
-    cands_kept, n_meta = prefilter(cands, settings)
-    keep_ids = {c.id for c in cands_kept}
-    blobs = [b for c, b in zip(cands, blobs) if c.id in keep_ids]
+    entry = engine.table(settings, request.scope)
     sims = None
-    if cands_kept:
-        query_vec = encoder.encode([context.text])[0]
-        matrix = np.stack([np.frombuffer(b, dtype=np.float32) if b is not None else
-                           np.zeros(encoder.dim, dtype=np.float32) for b in blobs])
-        sims = (matrix @ query_vec).tolist()
-    scored = composite(cands_kept, context.text, sims, scope=request.scope, weights=settings.weights(),
-                       half_life_days=settings.RECENCY_HALF_LIFE_DAYS, keyword_weight=settings.KEYWORD_FIELD_WEIGHT)
-    chosen, dropped = select(scored, settings, k, reranker)
-    dropped["prefilter"] = n_meta
-    return _deliver(request, settings, context, chosen, dropped, total, encoder.name, reranker)
+    if engine.encoder is not None and len(entry.table):
+        sims = entry.matrix @ engine.embed([context.text])[0]
+    reranker = engine.reranker
+    pool = max(k, settings.RERANK_CANDIDATES) if reranker else k
+    scored = entry.table.score(context.text, sims, scope=request.scope, weights=settings.weights(),
+                               half_life_days=settings.RECENCY_HALF_LIFE_DAYS, top=pool)
+    dropped = {"prefilter": entry.prefiltered, "min_score": 0, "floor": 0}
+    positive = [s for s in scored if s.score > 0 and s.score >= settings.RANK_MIN_SCORE]
+    dropped["min_score"] = len(scored) - len(positive)
+    for s in positive:
+        s.components["reranker"] = reranker.name if reranker else NO_RERANKER
+        s.components["ranker"] = engine.ranker
+    if reranker is not None:
+        positive, dropped["floor"] = rerank_stage(positive[:settings.RERANK_CANDIDATES], context.text, reranker,
+                                                  settings.RERANK_BLEND)
+    return _deliver(request, settings, context, positive[:k], dropped, len(entry.table) + entry.prefiltered,
+                    engine)
 
 
 def _deliver(request: RankRequest, settings: Settings, context: ContextWindow, chosen: list[Scored], dropped: dict,
-             total: int, embed_model: str | None, reranker: Reranker | None) -> RankResult:
+             total: int, engine: RankEngine) -> RankResult:
     turn = request.turn if request.turn is not None else deliveries.next_turn(request.session_id, settings)
+    embed_model = engine.encoder.name if engine.encoder else None
     items = []
     for position, s in enumerate(chosen, start=1):
         c = s.candidate
@@ -164,18 +272,20 @@ def _deliver(request: RankRequest, settings: Settings, context: ContextWindow, c
                                   components=s.components))
     block = format_block([vars(i) for i in items], session=request.session_id, turn=turn, context_key=context.key,
                          max_chars=settings.INJECTION_MAX_CHARS)
-    shown = block.count("<memory ")
-    items = items[:shown]
-    reranker_model = reranker.name if reranker else NO_RERANKER
+    items = items[:block.count("<memory ")]
+    reranker_model = engine.reranker.name if engine.reranker else NO_RERANKER
     result = RankResult(session_id=request.session_id, turn=turn, context=context, items=items, block=block,
-                        reranker_model=reranker_model, ranker="cairn", embed_model=embed_model, candidates=total,
-                        dropped=dropped)
+                        reranker_model=reranker_model, ranker=engine.ranker, embed_model=embed_model,
+                        candidates=total, dropped=dropped, notes=list(engine.notes) + context.notes)
+    if request.commit_deadline is not None and time.time() > request.commit_deadline:
+        raise DeadlineExceeded("the caller stopped waiting before the deliveries were logged",
+                               "raise CAIRN_DAEMON_TIMEOUT_MS")
     if request.log and items:
         result.delivery_ids = deliveries.record([
             deliveries.DeliveryInput(session_id=request.session_id, turn=turn, memory_id=i.id,
                                      context_window=context.text, context_key=context.key, rank=i.rank,
                                      final_score=i.score, score_components=i.components,
-                                     reranker_model=reranker_model, layer=request.layer,
+                                     reranker_model=reranker_model, ranker=engine.ranker, layer=request.layer,
                                      scope=request.scope or GLOBAL_SCOPE)
             for i in items], settings)
     return result

@@ -19,6 +19,8 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from cairn_cli.core.text import terms
 
 GLOBAL_SCOPE = "global"
@@ -56,33 +58,33 @@ def lexical_field(candidate: Candidate, keyword_weight: int) -> list[str]:
 
 
 class LexicalIndex:
-    """An inverted BM25 index over the candidates' lexical fields (pure Python; postings only are touched)."""
+    """An inverted BM25 index over the candidates' lexical fields; a query touches only its terms' postings."""
 
     def __init__(self, fields: list[list[str]]):
         self.n = len(fields)
-        self.lengths = [len(f) for f in fields]
-        self.avgdl = (sum(self.lengths) / self.n) if self.n else 0.0
-        self.postings: dict[str, list[tuple[int, int]]] = {}
+        lengths = np.fromiter((len(f) for f in fields), dtype=np.float32, count=self.n)
+        self.avgdl = float(lengths.mean()) if self.n else 0.0
+        self._norm = BM25_K1 * (1 - BM25_B + BM25_B * lengths / (self.avgdl or 1.0))
+        docs: dict[str, list[int]] = {}
+        tfs: dict[str, list[int]] = {}
         for doc, field_terms in enumerate(fields):
             for term, tf in Counter(field_terms).items():
-                self.postings.setdefault(term, []).append((doc, tf))
+                docs.setdefault(term, []).append(doc)
+                tfs.setdefault(term, []).append(tf)
+        self.postings = {t: (np.asarray(d, dtype=np.int32), np.asarray(tfs[t], dtype=np.float32))
+                         for t, d in docs.items()}
 
     def idf(self, term: str) -> float:
-        df = len(self.postings.get(term, ()))
+        df = len(self.postings[term][0]) if term in self.postings else 0
         return math.log(1.0 + (self.n - df + 0.5) / (df + 0.5))
 
-    def scores(self, query_terms: list[str]) -> list[float]:
-        out = [0.0] * self.n
-        if not self.n:
-            return out
+    def scores(self, query_terms: list[str]) -> np.ndarray:
+        out = np.zeros(self.n, dtype=np.float32)
         for term in set(query_terms):
-            plist = self.postings.get(term)
-            if not plist:
+            if term not in self.postings:
                 continue
-            idf = self.idf(term)
-            for doc, tf in plist:
-                norm = BM25_K1 * (1 - BM25_B + BM25_B * self.lengths[doc] / (self.avgdl or 1.0))
-                out[doc] += idf * tf * (BM25_K1 + 1) / (tf + norm)
+            docs, tf = self.postings[term]
+            out[docs] += self.idf(term) * tf * (BM25_K1 + 1) / (tf + self._norm[docs])
         return out
 
 
@@ -91,40 +93,52 @@ def recency(updated_at: dt.datetime, now: dt.datetime, half_life_days: float) ->
     return 0.5 ** (age_days / half_life_days) if half_life_days > 0 else 0.0
 
 
-def composite(
-    candidates: list[Candidate],
-    query_text: str,
-    similarities: list[float] | None,
-    *,
-    scope: str | None,
-    weights: dict[str, float],
-    half_life_days: float,
-    keyword_weight: int,
-    index: LexicalIndex | None = None,
-    now: dt.datetime | None = None,
-) -> list[Scored]:
-    """Score every candidate; returns them best first (ties broken by newer id).
+class ScoringTable:
+    """The candidates of one store (or scope) with everything a query does not change precomputed.
 
-    `similarities` is aligned with `candidates` (None when no embedding model is in play: similarity 0).
-    Pass a prebuilt `index` over the same candidates to skip re-indexing (the daemon keeps one warm).
+    Build once per set of candidates (the daemon keeps one warm per scope); score many queries against it.
     """
-    now = now or dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
-    index = index or LexicalIndex([lexical_field(c, keyword_weight) for c in candidates])
-    bm25 = index.scores(terms(query_text))
-    best = max(bm25, default=0.0) or 1.0
-    out = []
-    for i, cand in enumerate(candidates):
-        sim = similarities[i] if similarities is not None and cand.has_embedding else 0.0
-        comps = {
-            "similarity": round(max(0.0, float(sim)), 6),
-            "keywords": round(bm25[i] / best, 6),
-            "keywords_bm25": round(bm25[i], 6),
-            "scope": 1.0 if scope and scope != GLOBAL_SCOPE and cand.scope == scope else 0.0,
-            "confidence": round(cand.confidence, 6),
-            "recency": round(recency(cand.updated_at, now, half_life_days), 6),
-        }
-        score = sum(weights[name] * comps[name] for name in weights)
-        comps["composite"] = round(score, 6)
-        out.append(Scored(cand, score, comps))
-    out.sort(key=lambda s: (-s.score, -s.candidate.id))
-    return out
+
+    def __init__(self, candidates: list[Candidate], keyword_weight: int):
+        self.candidates = candidates
+        self.index = LexicalIndex([lexical_field(c, keyword_weight) for c in candidates])
+        self.ids = np.fromiter((c.id for c in candidates), dtype=np.int64, count=len(candidates))
+        self.scopes = np.array([c.scope for c in candidates], dtype=object)
+        self.confidence = np.fromiter((c.confidence for c in candidates), dtype=np.float64, count=len(candidates))
+        self.updated = np.fromiter((c.updated_at.timestamp() for c in candidates), dtype=np.float64,
+                                   count=len(candidates))
+        self.has_embedding = np.fromiter((c.has_embedding for c in candidates), dtype=bool, count=len(candidates))
+
+    def __len__(self) -> int:
+        return len(self.candidates)
+
+    def score(self, query_text: str, similarities, *, scope: str | None, weights: dict[str, float],
+              half_life_days: float, now: dt.datetime | None = None, top: int | None = None) -> list[Scored]:
+        """The best `top` candidates (all when None), best first, ties broken by newer id, with every component.
+
+        `similarities` is aligned with the candidates (None when no embedding model is in play: similarity 0).
+        """
+        n = len(self.candidates)
+        if n == 0:
+            return []
+        now = now or dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+        bm25 = self.index.scores(terms(query_text)).astype(np.float64)
+        best = float(bm25.max()) or 1.0
+        sim = np.zeros(n) if similarities is None else np.clip(np.asarray(similarities, dtype=np.float64), 0, None)
+        sim = np.where(self.has_embedding, sim, 0.0)
+        scope_v = (self.scopes == scope).astype(np.float64) if scope and scope != GLOBAL_SCOPE else np.zeros(n)
+        age_days = np.clip((now.timestamp() - self.updated) / 86400.0, 0, None)
+        rec = 0.5 ** (age_days / half_life_days) if half_life_days > 0 else np.zeros(n)
+        comps = {"similarity": sim, "keywords": bm25 / best, "scope": scope_v, "confidence": self.confidence,
+                 "recency": rec}
+        total = sum(weights[name] * comps[name] for name in weights)
+        order = np.lexsort((-self.ids, -total))
+        if top is not None and top < n:
+            order = order[:top]
+        out = []
+        for i in order.tolist():
+            c = {name: round(float(comps[name][i]), 6) for name in comps}
+            c["keywords_bm25"] = round(float(bm25[i]), 6)
+            c["composite"] = round(float(total[i]), 6)
+            out.append(Scored(self.candidates[i], float(total[i]), c))
+        return out

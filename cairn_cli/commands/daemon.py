@@ -1,0 +1,81 @@
+"""`cairn daemon start|stop|status|serve`: the long-lived process that owns the models."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from cairn_cli import output
+
+Json = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
+
+EXIT_BY_STATE = {"running": 0, "loading": 0, "stopped": 3, "stale": 3, "hung": 4, "failed": 1}
+
+
+def _show(st, json: bool) -> None:
+    if json:
+        output.json_out({**st.health, "state": st.state, "pid": st.pid, "detail": st.detail})
+    else:
+        output.text_out(f"{st.state}" + (f" (pid {st.pid})" if st.pid else "") + (f": {st.detail}" if st.detail else ""))
+        for w in st.health.get("warnings", []):
+            output.message(f"warning: {w}")
+
+
+def start(
+    wait: Annotated[float, typer.Option(min=0, help="Seconds to wait until the models are loaded.")] = 90.0,
+    json: Json = False,
+) -> None:
+    """Start the daemon in the background and wait until it is ready.
+
+    Example: cairn daemon start
+    """
+    from cairn_cli.config import home
+    from cairn_cli.daemon import control
+
+    st = control.start(home(), wait)
+    _show(st, json)
+    if st.state not in ("running", "loading"):
+        raise typer.Exit(EXIT_BY_STATE.get(st.state, 1))
+
+
+def stop(
+    force: Annotated[bool, typer.Option("--force", help="SIGKILL a daemon that ignores SIGTERM.")] = False,
+    json: Json = False,
+) -> None:
+    """Stop the daemon (SIGTERM; cleans a stale socket).
+
+    Example: cairn daemon stop
+    """
+    from cairn_cli.config import home
+    from cairn_cli.daemon import control
+
+    st = control.stop(home(), force=force)
+    _show(st, json)
+    if st.state != "stopped":
+        raise typer.Exit(EXIT_BY_STATE.get(st.state, 1))
+
+
+def status(json: Json = False) -> None:
+    """Tell the truth about the daemon: running, loading, hung, stale or stopped (exit 0, 0, 4, 3, 3).
+
+    Example: cairn daemon status --json
+    """
+    from cairn_cli.config import home
+    from cairn_cli.daemon import control
+
+    st = control.status(home())
+    _show(st, json)
+    raise typer.Exit(EXIT_BY_STATE.get(st.state, 1))
+
+
+def serve() -> None:
+    """Run the daemon in the foreground (what `start` spawns; for systemd or debugging).
+
+    Example: cairn daemon serve
+    """
+    from cairn_cli.commands._common import settings
+    from cairn_cli.config import home
+    from cairn_cli.daemon.server import serve as run
+
+    raise typer.Exit(run(home(), settings()))

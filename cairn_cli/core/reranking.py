@@ -1,0 +1,51 @@
+"""Which cross-encoder is live: the resolution chain with this machine's facts and the floors in force.
+
+Floors: a calibrated floor in machine-managed state (`reranker_floor:<model>`, written by calibrate-floor) wins
+over the configured default (CAIRN_RERANKER_FLOOR_*).
+"""
+
+from __future__ import annotations
+
+from cairn_cli import config
+from cairn_cli.config import Settings
+from cairn_cli.core import state
+
+FLOOR_KEY = "reranker_floor:{}"
+
+
+def floors(settings: Settings) -> dict[str, float]:
+    from cairn_cli.ml.reranker import BGE, MSMARCO
+
+    out = {MSMARCO: settings.RERANKER_FLOOR_MSMARCO, BGE: settings.RERANKER_FLOOR_BGE}
+    for name in list(out):
+        calibrated = state.get(FLOOR_KEY.format(name), settings)
+        if calibrated is not None:
+            out[name] = float(calibrated)
+    return out
+
+
+def resolve(settings: Settings, facts=None, probe=None):
+    """The live reranker's Resolution (see ml/reranker.py), with the device facts injectable for tests."""
+    from cairn_cli.ml import reranker as rr
+
+    kwargs = {"probe": probe} if probe is not None else {}
+    return rr.resolve_reranker(
+        enabled=settings.RERANKER_ENABLED, student_path=config.student_path(settings.CROSS_ENCODER_STUDENT_PATH),
+        student_floor=settings.CROSS_ENCODER_STUDENT_FLOOR, bge_enabled=settings.RERANKER_BGE_ENABLED,
+        min_vram_gb=settings.RERANKER_MIN_VRAM_GB, floors=floors(settings), facts=facts, **kwargs)
+
+
+def load_reranker(settings: Settings, resolution=None):
+    """(a loaded reranker or None, notes). A model that fails to load falls back to none with a note."""
+    from cairn_cli.ml.reranker import NONE, CrossEncoderReranker
+
+    resolution = resolution or resolve(settings)
+    notes = list(resolution.warnings)
+    if resolution.role == NONE:
+        return None, notes
+    try:
+        return CrossEncoderReranker(resolution, dtype=settings.RERANKER_DTYPE,
+                                    max_length=settings.RERANKER_MAX_LENGTH), notes
+    except Exception as exc:  # noqa: BLE001 - a broken model directory must not break ranking
+        notes.append(f"{resolution.name} failed to load ({type(exc).__name__}: {exc}); composite only")
+        return None, notes

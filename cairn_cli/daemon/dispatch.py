@@ -1,0 +1,69 @@
+"""Where a ranking runs: in the daemon when it answers, else in this process.
+
+CAIRN_DAEMON=auto (default): ask the daemon; when it is absent, stale, hung or refused, rank here with the
+lexical fallback (keywords + scope, no model loaded) and say so in the provenance. CAIRN_DAEMON=off: load the
+models in this process (slow; for tests and one-off use). Nothing heavy is imported unless the daemon fails.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from cairn_cli import config
+from cairn_cli.daemon import client
+
+
+COMMIT_MARGIN_S = 0.1
+
+
+def spawn(home):
+    """Start `cairn daemon serve` detached (its own session), logging to CAIRN_HOME/logs/daemon.log."""
+    import subprocess
+
+    logs = os.path.join(str(home), "logs")
+    os.makedirs(logs, exist_ok=True)
+    with open(os.path.join(logs, "daemon.log"), "ab") as log:
+        return subprocess.Popen([sys.executable, "-m", "cairn_cli", "daemon", "serve"], stdin=subprocess.DEVNULL,
+                                stdout=log, stderr=log, start_new_session=True, close_fds=True,
+                                env={**os.environ, "CAIRN_HOME": str(home)})
+
+
+def rank(fields: dict, overrides: dict, *, autostart: bool = False) -> dict:
+    """Rank `fields` (RankRequest's) with settings `overrides`; returns RankResult.as_dict()."""
+    from cairn_cli.errors import CairnError
+
+    mode = config.get("DAEMON")
+    if mode not in ("auto", "off"):
+        from cairn_cli.errors import ConfigError
+
+        raise ConfigError(f"CAIRN_DAEMON={mode!r} is not auto or off", "set CAIRN_DAEMON=auto")
+    if mode == "auto":
+        timeout_ms = config.get("DAEMON_TIMEOUT_MS")
+        # the daemon logs nothing once we may have given up on it: no prompt is logged twice
+        sent = {**fields, "commit_deadline": time.time() + max(0.05, timeout_ms / 1000.0 - COMMIT_MARGIN_S)}
+        try:
+            answer = client.request("rank", {"request": sent, "settings": overrides, "env": client.client_environ()},
+                                    timeout_ms=timeout_ms)
+            return answer["result"]
+        except client.RemoteError as exc:
+            err = CairnError(exc.message, exc.hint)
+            err.exit_code = exc.exit_code
+            raise err from None
+        except client.Unavailable as exc:
+            reason = str(exc)
+            if autostart:
+                spawn(config.home_dir())
+                reason += "; daemon autostarted for next time"
+        return _in_process(fields, overrides, fallback=reason)
+    return _in_process(fields, overrides, fallback=None)
+
+
+def _in_process(fields: dict, overrides: dict, *, fallback: str | None) -> dict:
+    from cairn_cli.config import Settings
+    from cairn_cli.core.ranking import RankEngine, RankRequest, rank as run_rank
+
+    settings = Settings(**overrides)
+    engine = RankEngine.lexical_fallback(fallback) if fallback else RankEngine.in_process(settings)
+    return run_rank(RankRequest(**fields), settings, engine).as_dict()

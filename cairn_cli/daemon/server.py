@@ -1,0 +1,240 @@
+"""The model daemon: owns the warm models and scoring tables, serves rank / embed / health on a Unix socket.
+
+- one daemon per CAIRN_HOME: an exclusive flock on daemon.lock; a second `serve` exits 1 at once;
+- holding the lock, any socket file left behind is stale and is replaced (stale-socket recovery);
+- the socket is created with mode 0600 (umask), there is no TCP listener;
+- daemon.json tells pid, state (loading / ready), models and warnings; removed on a clean exit;
+- SIGTERM / SIGINT shut it down cleanly; requests are served one at a time (hooks are sequential, and the
+  databases are bound per request).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import os
+import resource
+import signal
+import socketserver
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+import orjson
+
+from cairn_cli.config import Settings
+from cairn_cli.daemon.client import socket_path, status_path
+from cairn_cli.errors import CairnError, DeadlineExceeded, InvalidInput
+
+MAX_REQUEST_BYTES = 16 * 1024 * 1024
+
+
+class AlreadyRunning(CairnError):
+    pass
+
+
+def _rss_mb() -> float:
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class Daemon:
+    def __init__(self, home: Path, settings: Settings, log):
+        self.home, self.settings, self.log = home, settings, log
+        self.lock = threading.Lock()
+        self.started = time.time()
+        self.requests = 0
+        self.engine = None
+        self.reranker_sig = None
+        self.state = "loading"
+
+    # -- models -------------------------------------------------------------------------------------------
+    def load(self) -> None:
+        from cairn_cli.core.ranking import RankEngine
+        from cairn_cli.ml.models import get_encoder
+
+        threads = self.settings.TORCH_THREADS
+        if threads > 0:
+            import torch
+
+            torch.set_num_threads(threads)
+        self.engine = RankEngine(get_encoder(self.settings.EMBED_MODEL))
+        self.refresh_reranker(self.settings)
+        self.state = "ready"
+        self.write_status()
+
+    def refresh_reranker(self, settings: Settings) -> None:
+        """Resolve the reranker for this request's settings; reload when it (or the student on disk) changed."""
+        from cairn_cli.core.reranking import load_reranker, resolve
+
+        resolution = resolve(settings)
+        stamp = None
+        if resolution.path is not None:
+            try:
+                stamp = (resolution.path / "config.json").stat().st_mtime_ns
+            except OSError:
+                stamp = None
+        sig = (resolution.role, resolution.name, str(resolution.path), stamp, resolution.floor,
+               settings.RERANKER_DTYPE, settings.RERANKER_MAX_LENGTH)
+        if sig == self.reranker_sig:
+            return
+        reranker, notes = load_reranker(settings, resolution)
+        self.engine.reranker = reranker
+        self.engine.notes = notes
+        self.reranker_sig = sig
+        for note in notes:
+            self.log(f"warning: {note}")
+        self.log(f"reranker: {reranker.name if reranker else 'none'}")
+        self.write_status()
+
+    # -- requests -----------------------------------------------------------------------------------------
+    def handle(self, req: dict) -> dict:
+        op = req.get("op")
+        settings = Settings(environ=req.get("env") or {}, **(req.get("settings") or {}))
+        if op == "health":
+            return {"ok": True, **self.health()}
+        if self.state != "ready":
+            return {"ok": False, "error": "daemon is still loading its models"}
+        if op == "rank":
+            from cairn_cli.core.ranking import RankRequest, rank
+
+            fields = req.get("request")
+            if not isinstance(fields, dict):
+                raise InvalidInput("rank needs a request object", "use cairn rank")
+            self.refresh_reranker(settings)
+            result = rank(RankRequest(**fields), settings, self.engine)
+            return {"ok": True, "result": result.as_dict()}
+        if op == "embed":
+            texts = req.get("texts")
+            if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+                raise InvalidInput("embed needs a list of texts", "send {\"texts\": [...]}")
+            vecs = self.engine.embed(texts)
+            return {"ok": True, "model": self.engine.encoder.name, "vectors": vecs.tolist()}
+        if op == "shutdown":
+            threading.Thread(target=self.server.shutdown, daemon=True).start()
+            return {"ok": True, "stopping": True}
+        raise InvalidInput(f"unknown op {op!r}", "use rank, embed, health or shutdown")
+
+    def health(self) -> dict:
+        eng = self.engine
+        return {"pid": os.getpid(), "state": self.state, "uptime_s": round(time.time() - self.started, 1),
+                "requests": self.requests, "rss_mb": round(_rss_mb(), 1),
+                "embed_model": eng.encoder.name if eng and eng.encoder else None,
+                "reranker": eng.reranker.name if eng and eng.reranker else "none",
+                "reranker_dtype": getattr(eng.reranker, "dtype", None) if eng else None,
+                "warnings": list(eng.notes) if eng else [], "socket": str(socket_path(self.home))}
+
+    def write_status(self) -> None:
+        path = Path(status_path(self.home))
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(orjson.dumps({**self.health(), "started_at": dt.datetime.fromtimestamp(self.started)
+                                      .isoformat(timespec="seconds")}))
+        os.replace(tmp, path)
+
+
+class _Handler(socketserver.StreamRequestHandler):
+    def handle(self) -> None:
+        daemon: Daemon = self.server.daemon
+        try:
+            line = self.rfile.readline(MAX_REQUEST_BYTES)
+            req = orjson.loads(line)
+            if not isinstance(req, dict):
+                raise InvalidInput("a request is a JSON object", "send {\"op\": ...}")
+            with daemon.lock:
+                daemon.requests += 1
+                answer = daemon.handle(req)
+        except orjson.JSONDecodeError:
+            answer = {"ok": False, "kind": "input", "error": "request is not JSON", "exit_code": 2}
+        except DeadlineExceeded as exc:
+            daemon.log(f"abandoned a request: {exc.message}")
+            answer = {"ok": False, "kind": "expired", "error": exc.message}
+        except CairnError as exc:
+            answer = {"ok": False, "kind": "input", "error": exc.message, "hint": exc.hint, "exit_code": exc.exit_code}
+        except Exception as exc:  # noqa: BLE001 - the daemon must outlive a bad request
+            daemon.log(f"error: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+            answer = {"ok": False, "kind": "internal", "error": f"{type(exc).__name__}: {exc}"}
+        try:
+            self.wfile.write(orjson.dumps(answer, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (timeout) and fell back
+
+
+class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+
+def serve(home: Path, settings: Settings) -> int:
+    """Run the daemon in the foreground until SIGTERM. Returns the exit code."""
+    home.mkdir(parents=True, exist_ok=True)
+    logs = home / "logs"
+    logs.mkdir(exist_ok=True)
+    log_file = open(logs / "daemon.log", "a", buffering=1)
+
+    def log(msg: str) -> None:
+        log_file.write(f"{dt.datetime.now().isoformat(timespec='seconds')} [{os.getpid()}] {msg}\n")
+
+    lock_fh = open(home / "daemon.lock", "a+")
+    try:
+        fcntl.flock(lock_fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise AlreadyRunning("a cairn daemon is already running for this CAIRN_HOME",
+                             "see `cairn daemon status`") from None
+    sock = Path(socket_path(home))
+    if sock.exists() or sock.is_symlink():
+        log(f"removing stale socket {sock}")
+        sock.unlink()
+    daemon = Daemon(home, settings, log)
+    old_umask = os.umask(0o177)
+    try:
+        server = _Server(str(sock), _Handler)
+    finally:
+        os.umask(old_umask)
+    os.chmod(sock, 0o600)
+    server.daemon = daemon
+    daemon.server = server
+
+    def stop(signum, frame):
+        log(f"signal {signum}: shutting down")
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    daemon.write_status()
+    log("listening; loading models")
+    loader = threading.Thread(target=_load, args=(daemon, log), daemon=True)
+    loader.start()
+    try:
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        server.server_close()
+        for path in (sock, Path(status_path(home))):
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+        from cairn_cli.db import close_all
+
+        close_all()
+        log("stopped")
+        fcntl.flock(lock_fh, fcntl.LOCK_UN)
+        lock_fh.close()
+    return 0
+
+
+def _load(daemon: Daemon, log) -> None:
+    try:
+        daemon.load()
+        log(f"ready: {daemon.health()}")
+    except Exception as exc:  # noqa: BLE001
+        daemon.state = f"failed: {type(exc).__name__}: {exc}"
+        daemon.write_status()
+        log(f"model load failed: {exc}\n{traceback.format_exc()}")
+        sys.stderr.write(f"cairn daemon: model load failed: {exc}\n")

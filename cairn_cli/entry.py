@@ -1,0 +1,63 @@
+"""The `cairn` console script. `cairn rank` — the shell hook's hot path — is parsed here with argparse and sent
+to the daemon without importing Typer, rich or any model; every other command goes to the Typer app."""
+
+from __future__ import annotations
+
+import sys
+
+def _rank_parser():
+    import argparse
+
+    p = argparse.ArgumentParser(prog="cairn rank", add_help=False)
+    p.add_argument("prompt", nargs="?")
+    p.add_argument("--session", default="cli")
+    p.add_argument("--scope")
+    p.add_argument("--transcript")
+    p.add_argument("-k", type=int)
+    p.add_argument("--layer", default="prompt")
+    p.add_argument("--turn", type=int)
+    p.add_argument("--no-log", action="store_true")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--autostart", action="store_true")
+    return p
+
+
+def fast_rank(argv: list[str]) -> int:
+    from cairn_cli.errors import CairnError
+
+    try:
+        args, unknown = _rank_parser().parse_known_args(argv)
+        if unknown or (args.k is not None and not 1 <= args.k <= 100) or (args.turn is not None and args.turn < 0):
+            return _typer(["rank", *argv])  # let Typer word the usage error
+        from cairn_cli.daemon import dispatch
+        from cairn_cli.hotpath import emit_rank, rank_fields, read_prompt
+
+        prompt = read_prompt(args.prompt)
+        result = dispatch.rank(rank_fields(prompt, args.session, args.scope, args.transcript, args.k, args.layer,
+                                           args.turn, not args.no_log), {}, autostart=args.autostart)
+        emit_rank(result, args.json)
+        return 0
+    except CairnError as exc:
+        sys.stderr.write(f"error: {exc.one_line()}\n")
+        return exc.exit_code
+
+
+def _typer(argv: list[str]) -> int:
+    from cairn_cli.cli import app
+
+    try:
+        app(argv, prog_name="cairn")
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return 0
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    if argv[:1] == ["rank"] and "--help" not in argv and "-h" not in argv:
+        sys.exit(fast_rank(argv[1:]))
+    sys.exit(_typer(argv))
+
+
+if __name__ == "__main__":
+    main()

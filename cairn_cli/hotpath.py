@@ -1,0 +1,45 @@
+"""What `cairn rank` needs on the shell hook's hot path, shared by entry.py (argparse) and commands/rank.py
+(Typer): reading the prompt, the request fields, printing the result. stdlib + orjson only."""
+
+from __future__ import annotations
+
+import sys
+
+from cairn_cli.errors import InvalidInput
+
+
+def read_text_arg(value: str | None, what: str, hint: str) -> str:
+    """The argument, or stdin when it is '-' or absent and stdin is not a terminal. Bytes that are not UTF-8 are
+    replaced, never fatal."""
+    if value is not None and value != "-":
+        return value
+    if value is None and sys.stdin.isatty():
+        raise InvalidInput(f"no {what} given", hint)
+    data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
+    return data.decode("utf-8", errors="replace")
+
+
+def read_prompt(value: str | None) -> str:
+    return read_text_arg(value, "prompt", "pass the prompt as an argument or pipe it on stdin")
+
+
+def rank_fields(prompt, session, scope, transcript, k, layer, turn, log) -> dict:
+    return {"prompt": prompt, "session_id": session, "scope": scope, "transcript": transcript, "k": k,
+            "layer": layer, "turn": turn, "log": log}
+
+
+def emit_rank(result: dict, as_json: bool) -> None:
+    import orjson
+
+    if as_json:
+        sys.stdout.write(orjson.dumps({k: v for k, v in result.items() if k != "block"},
+                                      option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        if result["block"]:
+            sys.stdout.write(result["block"] + "\n")
+        for note in result.get("notes", []):
+            if note.startswith("fallback"):
+                sys.stderr.write(f"cairn: {note}\n")
+        if not result["memories"]:
+            sys.stderr.write(f"cairn: no memory above the threshold among {result['candidates']} candidates\n")
+    sys.stdout.flush()

@@ -1,0 +1,159 @@
+"""Cross-encoder reranker: device-aware resolution (student > bge on a big GPU > ms-marco > none) and loading.
+
+Nothing here downloads: a hub model is used only when its files are already in the local Hugging Face cache,
+which is checked on disk before anything is imported, so a missing model costs a stat() and not a 50 s retry.
+Floors are on each model's native score scale (ms-marco and the student: the raw logit; bge: the sigmoid).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MSMARCO = "cross-encoder/ms-marco-MiniLM-L-6-v2"
+BGE = "BAAI/bge-reranker-base"
+STUDENT = "student"
+NONE = "none"
+
+_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+
+
+@dataclass(frozen=True)
+class DeviceFacts:
+    cuda: bool
+    vram_gb: float
+
+
+@dataclass
+class Resolution:
+    """Which reranker is live and why. `name` is what `reranker_model` records on each delivery."""
+
+    role: str  # student | bge | msmarco | none
+    name: str
+    path: Path | None
+    floor: float
+    device: str
+    activation: str  # identity | sigmoid: how the native score is read off the logit
+    warnings: list[str] = field(default_factory=list)
+
+
+def device_facts() -> DeviceFacts:
+    """CUDA and its memory, asked of torch (the daemon has it loaded anyway)."""
+    try:
+        import torch
+    except ImportError:
+        return DeviceFacts(False, 0.0)
+    if not torch.cuda.is_available():
+        return DeviceFacts(False, 0.0)
+    return DeviceFacts(True, torch.cuda.get_device_properties(0).total_memory / 2**30)
+
+
+def _hub_cache_dirs() -> list[Path]:
+    dirs = []
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(var):
+            dirs.append(Path(os.environ[var]))
+    hf_home = Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
+    dirs.append(hf_home / "hub")
+    return dirs
+
+
+def _complete(path: Path) -> bool:
+    return (path / "config.json").is_file() and any((path / f).is_file() for f in _WEIGHT_FILES)
+
+
+def local_model_path(repo_id: str) -> Path | None:
+    """The snapshot directory of `repo_id` in the local HF cache when its config and weights are there."""
+    folder = "models--" + repo_id.replace("/", "--")
+    for cache in _hub_cache_dirs():
+        root = cache / folder
+        ref = root / "refs" / "main"
+        candidates = []
+        if ref.is_file():
+            candidates.append(root / "snapshots" / ref.read_text().strip())
+        snapshots = root / "snapshots"
+        if snapshots.is_dir():
+            candidates.extend(sorted(snapshots.iterdir(), key=lambda p: p.stat().st_mtime, reverse=True))
+        for snap in candidates:
+            if _complete(snap):
+                return snap
+    return None
+
+
+def resolve_reranker(*, enabled: bool, student_path: str | Path, student_floor: float, bge_enabled: bool,
+                     min_vram_gb: float, floors: dict[str, float], facts: DeviceFacts | None = None,
+                     probe=local_model_path) -> Resolution:
+    """Walk the chain; each model that is wanted but missing adds a warning and falls to the next."""
+    warnings: list[str] = []
+    if not enabled:
+        return Resolution(NONE, NONE, None, float("-inf"), "cpu", "identity", ["reranker disabled"])
+    student = Path(student_path).expanduser()
+    if _complete(student):
+        return Resolution(STUDENT, f"student:{student}", student, student_floor, "auto", "identity")
+    facts = facts if facts is not None else device_facts()
+    if bge_enabled and facts.cuda and facts.vram_gb >= min_vram_gb:
+        path = probe(BGE)
+        if path is not None:
+            return Resolution("bge", BGE, path, floors.get(BGE, 0.015), "cuda", "sigmoid")
+        warnings.append(f"{BGE} is not in the local Hugging Face cache; falling back to {MSMARCO}")
+    path = probe(MSMARCO)
+    if path is not None:
+        return Resolution("msmarco", MSMARCO, path, floors.get(MSMARCO, -3.0), "cuda" if facts.cuda else "cpu",
+                          "identity", warnings)
+    warnings.append(f"{MSMARCO} is not in the local Hugging Face cache; ranking with the composite only")
+    return Resolution(NONE, NONE, None, float("-inf"), "cpu", "identity", warnings)
+
+
+def bf16_supported() -> bool:
+    """AVX-512 BF16 or AMX on this CPU (Linux /proc/cpuinfo)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+class CrossEncoderReranker:
+    """A loaded cross-encoder: `score(query, texts)` returns each pair's native score (see Resolution)."""
+
+    def __init__(self, resolution: Resolution, *, dtype: str = "auto", max_length: int = 256, batch_size: int = 32):
+        from cairn_cli.ml.models import _offline
+
+        _offline()
+        import torch
+        from sentence_transformers import CrossEncoder
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+        device = resolution.device if resolution.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+        self.use_bf16 = dtype == "bf16" or (dtype == "auto" and device == "cpu" and bf16_supported())
+        self.model = CrossEncoder(str(resolution.path), device=device, max_length=max_length,
+                                  activation_fn=torch.nn.Identity(), local_files_only=True)
+        self.model.model.eval()
+        self.name, self.floor, self.role = resolution.name, resolution.floor, resolution.role
+        self.activation = resolution.activation
+        self.batch_size = batch_size
+        self.device = device
+        self.dtype = "bf16" if self.use_bf16 else "fp32"
+        self._torch = torch
+
+    def logits(self, query: str, texts: list[str]) -> list[float]:
+        if not texts:
+            return []
+        pairs = [(query, t) for t in texts]
+        with self._torch.inference_mode(), self._torch.autocast(device_type=self.device, dtype=self._torch.bfloat16,
+                                                                 enabled=self.use_bf16):
+            out = self.model.predict(pairs, batch_size=self.batch_size, show_progress_bar=False,
+                                     convert_to_numpy=True)
+        return [float(x) for x in out.reshape(-1)]
+
+    def score_from_logits(self, raw: list[float]) -> list[float]:
+        """The native score the floor applies to."""
+        if self.activation == "sigmoid":
+            import math
+
+            return [1.0 / (1.0 + math.exp(-x)) for x in raw]
+        return raw
+

@@ -1,0 +1,132 @@
+"""Reranker resolution (student > bge on a big GPU > ms-marco > none), loading from a local HF cache, the
+rerank stage (floor, blend, provenance)."""
+
+import datetime as dt
+
+import pytest
+
+from cairn_cli.config import Settings
+from cairn_cli.core import reranking, state
+from cairn_cli.core.ranking import RankEngine, RankRequest, rank, rerank_stage
+from cairn_cli.core.scoring import Candidate, Scored
+from cairn_cli.ml.reranker import BGE, MSMARCO, DeviceFacts, resolve_reranker
+
+GPU = DeviceFacts(cuda=True, vram_gb=8.0)
+SMALL_GPU = DeviceFacts(cuda=True, vram_gb=4.0)
+CPU = DeviceFacts(cuda=False, vram_gb=0.0)
+
+
+def _model_dir(path):
+    path.mkdir(parents=True)
+    (path / "config.json").write_text("{}")
+    (path / "model.safetensors").write_bytes(b"x")
+    return path
+
+
+def _resolve(tmp_path, facts, have=(MSMARCO, BGE), student=None, **kw):
+    args = dict(enabled=True, student_path=student or tmp_path / "no-student", student_floor=-100.0,
+                bge_enabled=True, min_vram_gb=6.0, floors={MSMARCO: -3.0, BGE: 0.015}, facts=facts,
+                probe=lambda repo: (tmp_path / repo) if repo in have else None)
+    args.update(kw)
+    return resolve_reranker(**args)
+
+
+def test_student_overrides_everything_on_any_device(tmp_path):
+    student = _model_dir(tmp_path / "student")
+    for facts in (GPU, CPU):
+        res = _resolve(tmp_path, facts, student=student)
+        assert (res.role, res.floor, res.path) == ("student", -100.0, student)
+        assert res.name == f"student:{student}"
+
+
+def test_bge_needs_the_flag_cuda_and_enough_vram(tmp_path):
+    assert _resolve(tmp_path, GPU).name == BGE and _resolve(tmp_path, GPU).floor == 0.015
+    assert _resolve(tmp_path, GPU).activation == "sigmoid"
+    assert _resolve(tmp_path, SMALL_GPU).name == MSMARCO
+    assert _resolve(tmp_path, CPU).name == MSMARCO
+    assert _resolve(tmp_path, GPU, bge_enabled=False).name == MSMARCO
+    res = _resolve(tmp_path, CPU)
+    assert (res.floor, res.device, res.activation) == (-3.0, "cpu", "identity")
+
+
+def test_missing_weights_fall_down_the_chain_with_a_warning(tmp_path):
+    res = _resolve(tmp_path, GPU, have=(MSMARCO,))
+    assert res.name == MSMARCO and "BAAI/bge-reranker-base is not in the local Hugging Face cache" in res.warnings[0]
+    res = _resolve(tmp_path, GPU, have=())
+    assert res.role == "none" and res.name == "none" and len(res.warnings) == 2
+    incomplete = tmp_path / "half-student"
+    incomplete.mkdir()
+    (incomplete / "config.json").write_text("{}")  # no weights: not a student
+    assert _resolve(tmp_path, CPU, student=incomplete, have=()).role == "none"
+
+
+def test_disabled_reranker(tmp_path):
+    assert _resolve(tmp_path, GPU, enabled=False).role == "none"
+
+
+def test_calibrated_floor_in_machine_state_wins(tmp_path):
+    s = Settings()
+    assert reranking.floors(s)[MSMARCO] == -3.0
+    state.put("reranker_floor:" + MSMARCO, -1.5, s, by="calibrate-floor", reason="test")
+    assert reranking.floors(s)[MSMARCO] == -1.5
+    assert reranking.resolve(s, facts=CPU, probe=lambda repo: tmp_path if repo == MSMARCO else None).floor == -1.5
+
+
+def test_hub_cache_lookup_reads_refs_and_snapshots(tmp_path, monkeypatch):
+    from cairn_cli.ml.reranker import local_model_path
+
+    cache = tmp_path / "hub"
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    assert local_model_path(MSMARCO) is None
+    snap = _model_dir(cache / "models--cross-encoder--ms-marco-MiniLM-L-6-v2" / "snapshots" / "abc123")
+    (snap.parents[1] / "refs").mkdir()
+    (snap.parents[1] / "refs" / "main").write_text("abc123")
+    assert local_model_path(MSMARCO) == snap
+
+
+class FakeReranker:
+    name, floor = "fake-ce", 0.0
+
+    def __init__(self, scores):
+        self.scores = scores
+
+    def logits(self, query, texts):
+        return [self.scores[t] for t in texts]
+
+    def score_from_logits(self, raw):
+        return raw
+
+
+def _scored(i, content, score):
+    cand = Candidate(id=i, content=content, keywords=[], scope="global", kind="fact", confidence=0.75,
+                     updated_at=dt.datetime(2026, 1, 1))
+    return Scored(cand, score, {"composite": score})
+
+
+def test_rerank_stage_floor_blend_and_provenance():
+    scored = [_scored(1, "a", 0.6), _scored(2, "b", 0.5), _scored(3, "c", 0.4), _scored(4, "d", 0.1)]
+    kept, dropped = rerank_stage(scored, "q", FakeReranker({"a": -1.0, "b": 5.0, "c": 1.0, "d": 3.0}), 0.5)
+    assert dropped == 1 and [s.candidate.id for s in kept] == [2, 3, 4]
+    top = kept[0].components
+    assert top["reranker_raw"] == 5.0 and top["reranker_norm"] == 1.0 and top["reranker_floor"] == 0.0
+    assert top["composite_norm"] == 1.0 and top["final"] == 1.0 and top["blend"] == 0.5
+    c3 = kept[1].components  # composite 0.4 -> 0.75 norm; reranker 1.0 -> 0 norm
+    assert c3["composite_norm"] == pytest.approx(0.75) and c3["final"] == pytest.approx(0.375)
+    assert scored[0].components["reranker_dropped"] is True
+
+
+def test_rank_with_a_reranker_logs_its_name_and_scores(cli):
+    from tests.conftest import EXAMPLES
+    from cairn_cli.core import deliveries
+    from cairn_cli.ml.models import get_encoder
+
+    assert cli("memory", "import", EXAMPLES).exit_code == 0
+    s = Settings()
+    fake = FakeReranker({})
+    fake.logits = lambda q, texts: [10.0 if "staging" in t else -5.0 + len(t) / 100 for t in texts]
+    engine = RankEngine(get_encoder("hashing"), fake)
+    result = rank(RankRequest(prompt="how do we release to production?", session_id="rr", k=3), s, engine)
+    assert result.reranker_model == "fake-ce" and result.items[0].id == 13
+    row = deliveries.list_deliveries(s, session_id="rr")[0]
+    assert row.reranker_model == "fake-ce" and row.score_components["reranker"] == "fake-ce"
+    assert row.score_components["reranker_raw"] == 10.0 and row.final_score == row.score_components["final"]
