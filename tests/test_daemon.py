@@ -208,3 +208,23 @@ def test_a_socket_we_do_not_own_is_never_used(home, tamper):
     expected = {"world-writable": "open to other users", "other-owner": "belongs to uid 65534",
                 "not-a-socket": "is not a socket"}[tamper]
     assert expected in result["notes"][0]
+
+
+def test_autostart_answers_now_and_spawns_the_daemon_for_next_time(home):
+    result = rank_json(home, "deploy to production", "--autostart")
+    assert result["ranker"] == "cairn-fallback" and "autostarted" in result["notes"][0]
+    deadline = time.monotonic() + 60
+    while status(home)[1]["state"] != "running" and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert rank_json(home, "deploy to production")["ranker"] == "cairn"
+
+
+def test_the_lean_entry_accepts_exactly_the_typer_options():
+    from cairn_cli.cli import app
+    from cairn_cli.entry import _rank_parser
+    import typer.main
+
+    command = typer.main.get_command(app).commands["rank"]
+    typer_opts = {o for p in command.params for o in p.opts if o.startswith("-")}
+    lean_opts = {o for a in _rank_parser()._actions for o in a.option_strings}
+    assert lean_opts == typer_opts

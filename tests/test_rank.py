@@ -94,3 +94,19 @@ def test_log_delivery_records_an_external_ranking(cli):
     assert [(r.memory_id, r.rank, r.ranker, r.reranker_model, r.turn) for r in rows] == \
         [(1, 1, "my-ranker", "bm25", 4), (5, 2, "my-ranker", "bm25", 4)]
     assert rows[0].score_components == {"bm25": 3.2} and rows[0].layer == "external"
+
+
+def test_past_the_commit_deadline_nothing_is_logged(cli):
+    import pytest
+
+    from cairn_cli.core.ranking import RankEngine, RankRequest, rank
+    from cairn_cli.errors import DeadlineExceeded
+    from cairn_cli.ml.models import get_encoder
+
+    _load(cli)
+    engine = RankEngine(get_encoder("hashing"))
+    with pytest.raises(DeadlineExceeded):
+        rank(RankRequest(prompt="deploy", session_id="late", commit_deadline=1.0), Settings(), engine)
+    assert deliveries.list_deliveries(Settings(), session_id="late") == []
+    result = rank(RankRequest(prompt="deploy", session_id="late"), Settings(), engine)
+    assert set(result.timings_ms) >= {"context", "table", "embed", "score", "log"}

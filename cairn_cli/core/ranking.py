@@ -80,12 +80,13 @@ class RankResult:
     dropped: dict = field(default_factory=dict)
     delivery_ids: list[int] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    timings_ms: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return {"session_id": self.session_id, "turn": self.turn, "context_key": self.context.key,
                 "context_window": self.context.text, "reranker_model": self.reranker_model,
                 "embed_model": self.embed_model, "ranker": self.ranker, "candidates": self.candidates,
-                "dropped": self.dropped, "delivery_ids": self.delivery_ids, "notes": self.notes,
+                "dropped": self.dropped, "delivery_ids": self.delivery_ids, "notes": self.notes, "timings_ms": self.timings_ms,
                 "block": self.block, "memories": [vars(i) for i in self.items]}
 
 
@@ -226,6 +227,7 @@ def rerank_stage(scored: list[Scored], query: str, reranker: Reranker, blend: fl
 
 def rank(request: RankRequest, settings: Settings, engine: RankEngine) -> RankResult:
     """Rank the memories in scope for the prompt (+ transcript), format the block, and log each delivery."""
+    clock = _Clock()
     open_stores(settings)
     k = request.k if request.k is not None else settings.RANK_K
     if k < 1:
@@ -237,10 +239,14 @@ def rank(request: RankRequest, settings: Settings, engine: RankEngine) -> RankRe
     if request.scope and request.scope not in known_scopes(settings):
         raise InvalidInput(f"unknown scope {request.scope!r} (known: {', '.join(known_scopes(settings))})",
                            "pass one of the known scopes or add memories with --scope first")
+    clock.lap("context")
     entry = engine.table(settings, request.scope)
+    clock.lap("table")
     sims = None
     if engine.encoder is not None and len(entry.table):
-        sims = entry.matrix @ engine.embed([context.text])[0]
+        query_vec = engine.embed([context.text])[0]
+        clock.lap("embed")
+        sims = entry.matrix @ query_vec
     reranker = engine.reranker
     pool = max(k, settings.RERANK_CANDIDATES) if reranker else k
     scored = entry.table.score(context.text, sims, scope=request.scope, weights=settings.weights(),
@@ -251,11 +257,29 @@ def rank(request: RankRequest, settings: Settings, engine: RankEngine) -> RankRe
     for s in positive:
         s.components["reranker"] = reranker.name if reranker else NO_RERANKER
         s.components["ranker"] = engine.ranker
+    clock.lap("score")
     if reranker is not None:
         positive, dropped["floor"] = rerank_stage(positive[:settings.RERANK_CANDIDATES], context.text, reranker,
                                                   settings.RERANK_BLEND)
-    return _deliver(request, settings, context, positive[:k], dropped, len(entry.table) + entry.prefiltered,
-                    engine)
+        clock.lap("rerank")
+    result = _deliver(request, settings, context, positive[:k], dropped, len(entry.table) + entry.prefiltered,
+                      engine)
+    clock.lap("log")
+    result.timings_ms = clock.laps
+    return result
+
+
+class _Clock:
+    """Per-stage wall time, reported with every ranking (where the hot path's milliseconds go)."""
+
+    def __init__(self):
+        self.last = time.perf_counter()
+        self.laps: dict[str, float] = {}
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = round((now - self.last) * 1000, 2)
+        self.last = now
 
 
 def _deliver(request: RankRequest, settings: Settings, context: ContextWindow, chosen: list[Scored], dropped: dict,

