@@ -110,3 +110,16 @@ def test_past_the_commit_deadline_nothing_is_logged(cli):
     assert deliveries.list_deliveries(Settings(), session_id="late") == []
     result = rank(RankRequest(prompt="deploy", session_id="late"), Settings(), engine)
     assert set(result.timings_ms) >= {"context", "table", "embed", "score", "log"}
+
+
+def test_log_delivery_with_flags(cli):
+    _load(cli)
+    result = cli("log-delivery", "--session", "flags", "--turn", "2", "--context", "ctx", "--reranker-model", "bm25",
+                 "--memory", "3:2.5", "--memory", "1:0.5")
+    assert result.exit_code == 0, result.output
+    rows = deliveries.list_deliveries(Settings(), session_id="flags")
+    assert [(r.memory_id, r.rank, r.final_score) for r in rows] == [(3, 1, 2.5), (1, 2, 0.5)]
+    bad = cli("log-delivery", "--session", "flags", "--memory", "x:1")
+    assert bad.exit_code == 2 and "is not ID:SCORE" in bad.stderr
+    missing = cli("log-delivery", "--session", "flags", "--memory", "3:1")
+    assert missing.exit_code == 2 and "missing field 'turn'" in missing.stderr

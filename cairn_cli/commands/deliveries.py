@@ -15,12 +15,22 @@ Shape: {"session_id": str, "turn": int, "context_window": str, "reranker_model":
 "memories": [{"id": int, "rank": int, "score": float, "score_components": {...}}],
 "layer": str?, "scope": str?, "ranker": str?, "context_key": str?}
 
+Or with flags: cairn log-delivery --session s1 --turn 3 --context "..." --reranker-model bm25 --memory 12:3.2 --memory 7:1.1
+
 Example: echo '{"session_id":"s1","turn":1,...}' | cairn log-delivery
 """
 
 
 def log_delivery(
     payload: Annotated[Optional[str], typer.Argument(help="The JSON record; '-' or omitted reads stdin.")] = None,
+    session: Annotated[Optional[str], typer.Option(help="With flags instead of JSON: the session id.")] = None,
+    turn: Annotated[Optional[int], typer.Option(help="With flags: the turn.")] = None,
+    context: Annotated[Optional[str], typer.Option(help="With flags: the context window the ranking used.")] = None,
+    reranker_model: Annotated[Optional[str], typer.Option("--reranker-model", help="With flags: the model.")] = None,
+    memory: Annotated[Optional[list[str]], typer.Option(
+        "--memory", help="With flags: ID:SCORE, repeated, best first (rank = order).")] = None,
+    layer: Annotated[Optional[str], typer.Option(help="With flags: the injection layer.")] = None,
+    scope: Annotated[Optional[str], typer.Option(help="With flags: the scope.")] = None,
     json: Annotated[bool, typer.Option("--json", help="Print the new delivery ids as JSON.")] = False,
 ) -> None:
     import orjson
@@ -28,11 +38,15 @@ def log_delivery(
     from cairn_cli.core import deliveries
     from cairn_cli.errors import InvalidInput
 
-    raw = read_text_arg(payload, "delivery JSON", "pipe the JSON record on stdin")
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidInput(f"the delivery is not valid JSON ({exc.msg})", "see `cairn log-delivery --help`") from None
+    if memory:
+        data = deliveries.payload_from_flags(session, turn, context, reranker_model, memory, layer, scope)
+    else:
+        raw = read_text_arg(payload, "delivery JSON", "pipe the JSON record on stdin or use --memory flags")
+        try:
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise InvalidInput(f"the delivery is not valid JSON ({exc.msg})",
+                               "see `cairn log-delivery --help`") from None
     ids = deliveries.record(deliveries.parse_external(data), settings())
     output.json_out({"delivery_ids": ids}) if json else output.text_out(f"logged {len(ids)} deliveries")
 

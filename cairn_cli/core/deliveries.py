@@ -113,6 +113,20 @@ def _type_error(where: str, name: str, expected) -> InvalidInput:
     return InvalidInput(f"{where}{name} must be {names}", "see `cairn log-delivery --help` for the JSON shape")
 
 
+def payload_from_flags(session, turn, context, reranker_model, memories: list[str], layer, scope) -> dict:
+    """The same record as the JSON shape, from `--memory ID:SCORE` flags (rank = their order)."""
+    items = []
+    for rank, item in enumerate(memories, start=1):
+        mem_id, _, score = item.partition(":")
+        try:
+            items.append({"id": int(mem_id), "rank": rank, "score": float(score or 0.0)})
+        except ValueError:
+            raise InvalidInput(f"--memory {item!r} is not ID:SCORE", "write --memory 12:0.83") from None
+    payload = {"session_id": session, "turn": turn, "context_window": context, "reranker_model": reranker_model,
+               "memories": items, "layer": layer, "scope": scope}
+    return {k: v for k, v in payload.items() if v is not None}
+
+
 def parse_external(payload: object, *, default_layer: str = "external") -> list[DeliveryInput]:
     """Validate strictly a delivery record made by another ranker (see `cairn log-delivery --help`)."""
     from cairn_cli.core.context import context_key
