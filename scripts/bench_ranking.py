@@ -110,6 +110,43 @@ def composite_system(store: Store, query: Query) -> np.ndarray:
     return np.array([sc.candidate.id for sc in scored])
 
 
+def reranker_system(model) -> System:
+    """The product's rerank stage over the composite's top RERANK_CANDIDATES: floor, blend, then the rest of the
+    composite order; memories under the floor are not delivered (they go last)."""
+    from cairn_cli.core.ranking import rerank_stage
+
+    def system(store: Store, query: Query) -> np.ndarray:
+        s, table = store.cached("cairn", _cairn_table)
+        scored = table.score(query.text, cosine(store, query), scope=None, weights=s.weights(),
+                             half_life_days=s.RECENCY_HALF_LIFE_DAYS, now=NOW)
+        head = scored[:s.RERANK_CANDIDATES]
+        kept, _ = rerank_stage(head, query.text, model, s.RERANK_BLEND)
+        kept_ids = [x.candidate.id for x in kept]
+        dropped = [x.candidate.id for x in head if x.candidate.id not in set(kept_ids)]
+        rest = [x.candidate.id for x in scored[s.RERANK_CANDIDATES:]]
+        return np.array(kept_ids + rest + dropped)
+
+    return system
+
+
+def load_reranker(choice: str):
+    """`auto`: whatever cairn's resolve_reranker() makes live on this machine; a path: a cross-encoder directory
+    (e.g. a trained student); `none`: no reranker row. Returns (model or None, why)."""
+    from cairn_cli.config import Settings
+    from cairn_cli.core import reranking
+    from cairn_cli.ml.reranker import CrossEncoderReranker, Resolution
+
+    if choice == "none":
+        return None, "not requested (--reranker none)"
+    settings = Settings()
+    if choice == "auto":
+        model, notes = reranking.load_reranker(settings)
+        return model, "; ".join(notes) or "resolved by resolve_reranker()"
+    res = Resolution("student", f"student:{choice}", Path(choice), settings.CROSS_ENCODER_STUDENT_FLOOR, "cpu",
+                     "identity")
+    return CrossEncoderReranker(res, dtype=settings.RERANKER_DTYPE, max_length=settings.RERANKER_MAX_LENGTH), choice
+
+
 SYSTEMS: dict[str, System] = {
     "bm25": lambda store, q: _rank(bm25s_scores(store, q)),
     "dense": lambda store, q: _rank(cosine(store, q)),
@@ -310,6 +347,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="at most N queries per store (quick run; LoCoMo has 7 stores per variant)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench", help="where ranking.md / ranking.json go")
     parser.add_argument("--diagnose", action="store_true", help="also print composite variants (stdout only)")
+    parser.add_argument("--reranker", default="auto",
+                        help="composite + reranker row: auto (the live resolve_reranker()), none, or a model dir")
     args = parser.parse_args(argv)
     datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
     if unknown := set(datasets) - {"cranfield", "locomo"}:
@@ -322,6 +361,12 @@ def main(argv: list[str] | None = None) -> int:
     from cairn_cli.config import Settings
 
     start, diag_seconds = time.perf_counter(), 0.0
+    systems = dict(SYSTEMS)
+    model, why = load_reranker(args.reranker)
+    if model is not None:
+        systems["composite+reranker"] = reranker_system(model)
+    reranker_line = (f"composite+reranker: {model.name} ({model.dtype}, floor {model.floor}, blend "
+                     f"{Settings().RERANK_BLEND})" if model else f"composite+reranker: no row — {why}")
     # (results key, section title, stores, metrics, size line)
     jobs: list[tuple[str, str, list[Store], dict[str, Callable], str]] = []
     results: dict[str, Any] = {}
@@ -341,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
                          f"({skipped[variant]} skipped: no resolvable relevant memory)"))
     sections, diagnostics = [], []
     for key, title, stores, metrics, _ in jobs:
-        results[key] = evaluate(stores, SYSTEMS, metrics)
+        results[key] = evaluate(stores, systems, metrics)
         render = overall_table if key == "cranfield" else category_table
         sections.append(f"## {title}\n\n{render(results[key], metrics)}")
         if args.diagnose:
@@ -354,12 +399,12 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"date": dt.datetime.now().isoformat(timespec="seconds"), "machine": f"{os.cpu_count()} cores CPU "
             f"({platform.machine()}, {platform.python_implementation()} {platform.python_version()}), no GPU",
             "command": command, "weights": Settings().weights(), "sizes": [job[4] for job in jobs],
-            "seconds": round(elapsed, 1), "diagnostic_seconds": round(diag_seconds, 1)}
+            "seconds": round(elapsed, 1), "diagnostic_seconds": round(diag_seconds, 1), "reranker": reranker_line}
     header = "\n".join([
         "# Ranking benchmark: BM25 vs dense vs composite", "", f"- date: {meta['date']}",
         f"- machine: {meta['machine']}", f"- command: `{command}`", f"- composite weights: {meta['weights']}",
         "- dense: all-MiniLM-L6-v2 cosine; bm25: bm25s (Lucene BM25, k1=1.5, b=0.75, PyStemmer English, "
-        "bm25s's 33-word English stop list)", *(f"- {line}" for line in meta["sizes"]),
+        "bm25s's 33-word English stop list)", f"- {reranker_line}", *(f"- {line}" for line in meta["sizes"]),
         f"- run time: {elapsed:.0f} s (model load, embedding, all systems; diagnostics excluded)"])
     report = header + "\n\n" + "\n\n".join(sections) + "\n"
     args.out.mkdir(parents=True, exist_ok=True)
