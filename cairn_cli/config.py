@@ -62,6 +62,8 @@ _SETTINGS = [
     Setting("TORCH_THREADS", 0, int, "Torch intra-op threads in the daemon (0: all cores)."),
     Setting("DAEMON", "auto", str,
             "auto: rank in the daemon, else the lexical fallback; off: rank in this process with the models."),
+    Setting("FALLBACK_MAX_CANDIDATES", 5000, int,
+            "Daemon down: the lexical fallback ranks only this many most recently updated memories."),
     Setting("DAEMON_TIMEOUT_MS", 1500, int, "Hook client's connect+read timeout before the in-process fallback."),
     Setting("DEBUG", False, bool, "Show tracebacks for unexpected errors."),
 ]

@@ -33,6 +33,9 @@ def test_migrated_schema_is_pinned():
     assert _schema(mem) == MEMORY_SCHEMA
     assert _schema(eph) == EPHEMERAL_SCHEMA
     assert [i.columns for i in eph.get_indexes("hook_state") if i.unique] == [["session_id", "turn"]]
+    assert sorted(i.name for i in mem.get_indexes("memories")) == [
+        "memories_content_hash", "memories_norm_hash", "memories_scope", "memories_superseded_by",
+        "memories_updated_at"]
 
 
 def test_databases_live_under_cairn_home(cairn_home):
@@ -42,10 +45,11 @@ def test_databases_live_under_cairn_home(cairn_home):
 
 def test_migrations_are_recorded_in_order_and_applied_once(tmp_path):
     database = peewee.SqliteDatabase(str(tmp_path / "m.db"))
-    assert migrations.apply_pending(database, migrations.MEMORY_MIGRATIONS) == ["0001_memories", "0002_machine_state"]
+    assert migrations.apply_pending(database, migrations.MEMORY_MIGRATIONS) == [
+        "0001_memories", "0002_machine_state", "0003_memories_updated_at_index"]
     assert migrations.apply_pending(database, migrations.MEMORY_MIGRATIONS) == []
     rows = database.execute_sql("select name from cairn_migrations order by name").fetchall()
-    assert [r[0] for r in rows] == ["0001_memories", "0002_machine_state"]
+    assert [r[0] for r in rows] == ["0001_memories", "0002_machine_state", "0003_memories_updated_at_index"]
 
 
 def test_a_new_migration_applies_on_top(tmp_path):

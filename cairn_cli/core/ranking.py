@@ -119,10 +119,11 @@ class _Table:
 
 class RankEngine:
     def __init__(self, encoder=None, reranker: Reranker | None = None, *, ranker: str = "cairn",
-                 notes: list[str] | None = None):
+                 notes: list[str] | None = None, max_candidates: int | None = None):
         self.encoder = encoder
         self.reranker = reranker
         self.ranker = ranker
+        self.max_candidates = max_candidates
         self.notes = list(notes or [])
         self._tables: dict[tuple, _Table] = {}
 
@@ -136,9 +137,12 @@ class RankEngine:
         return cls(get_encoder(settings.EMBED_MODEL), reranker, notes=notes)
 
     @classmethod
-    def lexical_fallback(cls, reason: str) -> RankEngine:
-        """No model at all: keywords and scope only. Its provenance says so."""
-        return cls(None, None, ranker="cairn-fallback", notes=[f"fallback: {reason}"])
+    def lexical_fallback(cls, reason: str, max_candidates: int | None = None) -> RankEngine:
+        """No model at all: keywords and scope over the newest `max_candidates` memories (a hook must answer
+        fast even with a huge store and no daemon). Its provenance says so."""
+        cap = f"; the {max_candidates} most recently updated memories only" if max_candidates else ""
+        return cls(None, None, ranker="cairn-fallback", notes=[f"fallback: {reason}{cap}"],
+                   max_candidates=max_candidates)
 
     def table(self, settings: Settings, scope: str | None) -> _Table:
         import numpy as np
@@ -149,7 +153,8 @@ class RankEngine:
         cached = self._tables.get(key)
         if cached is not None and cached.version == version:
             return cached
-        cands, blobs = load_candidates(settings, scope, self.encoder.name if self.encoder else None)
+        cands, blobs = load_candidates(settings, scope, self.encoder.name if self.encoder else None,
+                                       limit=self.max_candidates)
         kept, removed = prefilter(cands, settings)
         keep = {c.id for c in kept}
         matrix = None
@@ -167,8 +172,9 @@ class RankEngine:
         return self.encoder.encode(texts)
 
 
-def load_candidates(settings: Settings, scope: str | None, embed_model: str | None):
-    """Live memories in scope (scope + global; all when no scope) and their embeddings from `embed_model`."""
+def load_candidates(settings: Settings, scope: str | None, embed_model: str | None, limit: int | None = None):
+    """Live memories in scope (scope + global; all when no scope) and their embeddings from `embed_model`;
+    with `limit`, only the most recently updated ones."""
     from cairn_cli.db.tables import Memory
 
     open_stores(settings)
@@ -181,6 +187,8 @@ def load_candidates(settings: Settings, scope: str | None, embed_model: str | No
         query = query.where(Memory.scope.in_([scope, GLOBAL_SCOPE]))
     elif scope == GLOBAL_SCOPE:
         query = query.where(Memory.scope == GLOBAL_SCOPE)
+    if limit:
+        query = query.order_by(Memory.updated_at.desc(), Memory.id.desc()).limit(limit)
     cands, blobs = [], []
     for m in query:
         usable = bool(embed_model) and m.embedding is not None and m.embedding_model == embed_model

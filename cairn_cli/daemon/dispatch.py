@@ -65,5 +65,6 @@ def _in_process(fields: dict, overrides: dict, *, fallback: str | None) -> dict:
     from cairn_cli.core.ranking import RankEngine, RankRequest, rank as run_rank
 
     settings = Settings(**overrides)
-    engine = RankEngine.lexical_fallback(fallback) if fallback else RankEngine.in_process(settings)
+    engine = (RankEngine.lexical_fallback(fallback, settings.FALLBACK_MAX_CANDIDATES) if fallback
+              else RankEngine.in_process(settings))
     return run_rank(RankRequest(**fields), settings, engine).as_dict()

@@ -18,7 +18,7 @@ Migration = tuple[str, Callable[[peewee.Database], None]]
 
 def _create(db: peewee.Database, table: str, fields: dict, indexes: tuple = ()) -> None:
     meta = type("Meta", (), {"database": db, "table_name": table, "indexes": indexes})
-    model = type(f"Snapshot_{table}", (peewee.Model,), {**fields, "Meta": meta})
+    model = type(table, (peewee.Model,), {**fields, "Meta": meta})  # class name = table: index names
     db.create_tables([model], safe=True)
 
 
@@ -91,9 +91,15 @@ def _hook_state_v1(db: peewee.Database) -> None:
     }, indexes=((("session_id", "turn"), True),))
 
 
+def _memories_updated_at_index(db: peewee.Database) -> None:
+    # the store's version (MAX(updated_at)) and the fallback's newest-first cap read it on every ranking
+    db.execute_sql("CREATE INDEX IF NOT EXISTS memories_updated_at ON memories (updated_at)")
+
+
 MEMORY_MIGRATIONS: list[Migration] = [
     ("0001_memories", _memories_v1),
     ("0002_machine_state", _machine_state_v1),
+    ("0003_memories_updated_at_index", _memories_updated_at_index),
 ]
 EPHEMERAL_MIGRATIONS: list[Migration] = [
     ("0001_memory_deliveries", _deliveries_v1),
