@@ -31,6 +31,7 @@ _SETTINGS = [
     Setting("EPHEMERAL_DB_URL", "", str, "Deliveries/hook-state URL; default $CAIRN_HOME/ephemeral.db."),
     Setting("EMBED_MODEL", "all-MiniLM-L6-v2", str,
             "Embedding model: the bundled all-MiniLM-L6-v2, or `hashing` (tiny model-free encoder for tests/CI)."),
+    Setting("EMBED_DTYPE", "auto", str, "Embedding precision: fp32, bf16, or auto (bf16 on CPUs with AVX-512 BF16)."),
     Setting("SCORE_W_SIMILARITY", 0.50, float, "Composite weight of embedding cosine similarity."),
     Setting("SCORE_W_KEYWORDS", 0.15, float, "Composite weight of the keyword/lexical match (BM25, max-normalised)."),
     Setting("SCORE_W_SCOPE", 0.05, float, "Composite weight of scope match (1 exact scope, 0 global)."),

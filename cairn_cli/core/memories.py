@@ -144,7 +144,7 @@ def add_memories(entries: list[MemoryInput], settings: Settings, *,
             if progress:
                 progress(1)
         if fresh:
-            encoder = get_encoder(settings.EMBED_MODEL)
+            encoder = get_encoder(settings.EMBED_MODEL, settings.EMBED_DTYPE)
             vecs = encoder.encode([embedding_text(m.content, m.keywords) for m in fresh], progress=progress is not None)
             for mem, vec in zip(fresh, vecs):
                 Memory.update(embedding=to_blob(vec), embedding_model=encoder.name).where(Memory.id == mem.id).execute()
@@ -269,7 +269,7 @@ def embed_missing(settings: Settings, *, progress: Callable[[int], None] | None 
     from cairn_cli.ml.models import get_encoder, to_blob
 
     open_stores(settings)
-    encoder = get_encoder(settings.EMBED_MODEL)
+    encoder = get_encoder(settings.EMBED_MODEL, settings.EMBED_DTYPE)
     stale = list(Memory.select().where(Memory.superseded_by.is_null() &
                                        ((Memory.embedding_model != encoder.name) | Memory.embedding_model.is_null())))
     for start in range(0, len(stale), 256):

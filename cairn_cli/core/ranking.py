@@ -134,7 +134,7 @@ class RankEngine:
         from cairn_cli.ml.models import get_encoder
 
         reranker, notes = load_reranker(settings) if with_reranker else (None, [])
-        return cls(get_encoder(settings.EMBED_MODEL), reranker, notes=notes)
+        return cls(get_encoder(settings.EMBED_MODEL, settings.EMBED_DTYPE), reranker, notes=notes)
 
     @classmethod
     def lexical_fallback(cls, reason: str, max_candidates: int | None = None) -> RankEngine:

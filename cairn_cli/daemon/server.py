@@ -66,7 +66,7 @@ class Daemon:
             import torch
 
             torch.set_num_threads(threads)
-        self.engine = RankEngine(get_encoder(self.settings.EMBED_MODEL))
+        self.engine = RankEngine(get_encoder(self.settings.EMBED_MODEL, self.settings.EMBED_DTYPE))
         self.refresh_reranker(self.settings)
         self.state = "ready"
         self.write_status()

