@@ -80,7 +80,7 @@ def make_student(home: Path) -> None:
 
 def env_for(home: Path, **extra: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
-    env.update({"CAIRN_HOME": str(home), "CAIRN_DAEMON_TIMEOUT_MS": "10000", **extra})
+    env.update({"CAIRN_HOME": str(home), "CAIRN_DAEMON_TIMEOUT_MS": "60000", **extra})
     return env
 
 

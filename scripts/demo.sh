@@ -13,6 +13,11 @@ $cairn memory import cairn_cli/data/example_memories.jsonl
 step "importing again merges instead of duplicating"
 $cairn memory import cairn_cli/data/example_memories.jsonl
 
+step "start the model daemon (owns the embedding model and the reranker; the hook talks to it over a socket)"
+trap '$cairn daemon stop >/dev/null 2>&1 || true' EXIT
+$cairn daemon start
+$cairn daemon status --json
+
 prompts=(
   "the integration tests all fail with connection refused, what do I need to start first?"
   "how should I store prices for the checkout, and why did the VAT report break?"
@@ -24,6 +29,10 @@ for p in "${prompts[@]}"; do
   step "cairn rank (turn $turn): $p"
   $cairn rank "$p" --scope webshop --session demo -k 3
 done
+
+step "the same prompt with the daemon stopped: the in-process lexical fallback answers and says so"
+$cairn daemon stop
+$cairn rank "${prompts[0]}" --scope webshop --session demo -k 3
 
 step "the logged deliveries, with provenance"
 $cairn deliveries --session demo

@@ -135,3 +135,31 @@ def test_the_fallback_caps_its_candidates_to_the_newest(cli, monkeypatch):
     assert result["ranker"] == "cairn-fallback" and result["embed_model"] is None
     assert result["candidates"] == 3 and {m["id"] for m in result["memories"]} <= {16, 17, 18}
     assert "the 3 most recently updated memories only" in result["notes"][0]
+
+
+def test_a_warm_engine_refreshes_by_the_changed_rows_and_matches_a_fresh_one(cli):
+    from cairn_cli.core import memories
+    from cairn_cli.core.ranking import RankEngine, RankRequest, rank
+    from cairn_cli.ml.models import get_encoder
+
+    _load(cli)
+    s = Settings()
+    warm = RankEngine(get_encoder("hashing"))
+    req = RankRequest(prompt="prices in cents for the checkout and VAT", session_id="w", scope="webshop", k=5,
+                      log=False)
+    rank(req, s, warm)
+    table_before = warm.table(s).table
+    added = memories.add_memories([memories.validate_entry(
+        {"content": "VAT is 19% on the checkout total, rounded per line in cents", "scope": "webshop"})], s)[0]
+    memories.supersede(2, added.id, s)
+    memories.record_evidence([6], s, corroborate=True)
+    memories.add_memories([memories.validate_entry({"content": "Save this as a memory: grade the injected "
+                                                               "memories in the [cm] block", "kind": "meta"})], s)
+    got = rank(req, s, warm)
+    assert warm.table(s).table is table_before, "refreshed in place, not rebuilt"
+    fresh = rank(req, s, RankEngine(get_encoder("hashing")))
+    assert [(i.id, i.score) for i in got.items] == [(i.id, i.score) for i in fresh.items]
+    assert got.items[0].id == added.id and 2 not in [i.id for i in got.items]
+    assert got.dropped["prefilter"] == fresh.dropped["prefilter"] == 3
+    table = warm.table(s).table
+    assert table.candidates[table.slot_of[6]].confidence == 0.8

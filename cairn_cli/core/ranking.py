@@ -99,22 +99,32 @@ def known_scopes(settings: Settings) -> list[str]:
 
 
 def store_version(settings: Settings) -> tuple:
-    """Changes whenever a memory is added, merged, superseded or re-scored (cheap: one aggregate query)."""
+    """(url, count, max id, max updated_at): changes whenever a memory is added, merged, superseded or re-scored
+    (one aggregate query on indexed columns)."""
     from peewee import fn
 
     from cairn_cli.db.tables import Memory
 
     open_stores(settings)
-    row = Memory.select(fn.COUNT(Memory.id), fn.MAX(Memory.id), fn.MAX(Memory.updated_at)).tuples().first()
-    return (config.memory_db_url(settings.DB_URL),) + tuple(str(v) for v in row)
+    count, max_id, max_updated = Memory.select(fn.COUNT(Memory.id), fn.MAX(Memory.id),
+                                               fn.MAX(Memory.updated_at)).tuples().first()
+    return config.memory_db_url(settings.DB_URL), count, max_id or 0, str(max_updated)
 
 
 @dataclass
 class _Table:
+    """The warm scoring table of one store and what is needed to refresh it by the rows that changed."""
+
     version: tuple
     table: ScoringTable
-    matrix: object  # np.ndarray (n x dim) or None
-    prefiltered: int
+    since: object  # the newest updated_at already applied
+    meta_scopes: dict = field(default_factory=dict)  # prefiltered memory id -> its scope
+    scopes: list = field(default_factory=list)
+
+    def prefiltered(self, scope: str | None) -> int:
+        if not scope:
+            return len(self.meta_scopes)
+        return sum(1 for s in self.meta_scopes.values() if s in (scope, GLOBAL_SCOPE))
 
 
 class RankEngine:
@@ -129,7 +139,7 @@ class RankEngine:
 
     @classmethod
     def in_process(cls, settings: Settings, *, with_reranker: bool = True) -> RankEngine:
-        """Load the configured models in this process (slow: for the daemon, tests and --in-process)."""
+        """Load the configured models in this process (slow: for the daemon, tests and CAIRN_DAEMON=off)."""
         from cairn_cli.core.reranking import load_reranker
         from cairn_cli.ml.models import get_encoder
 
@@ -144,66 +154,78 @@ class RankEngine:
         return cls(None, None, ranker="cairn-fallback", notes=[f"fallback: {reason}{cap}"],
                    max_candidates=max_candidates)
 
-    def table(self, settings: Settings, scope: str | None) -> _Table:
-        import numpy as np
+    @property
+    def embed_model(self) -> str | None:
+        return self.encoder.name if self.encoder else None
 
+    def table(self, settings: Settings) -> _Table:
+        """The store's table, refreshed in place by the rows changed since it was built (rebuilt when rows
+        disappeared or half its slots are dead)."""
         version = store_version(settings)
-        key = (scope, settings.RELEVANCE_PREFILTER_ENABLED, settings.KEYWORD_FIELD_WEIGHT,
-               self.encoder.name if self.encoder else None)
-        cached = self._tables.get(key)
-        if cached is not None and cached.version == version:
-            return cached
-        cands, blobs = load_candidates(settings, scope, self.encoder.name if self.encoder else None,
-                                       limit=self.max_candidates)
-        kept, removed = prefilter(cands, settings)
-        keep = {c.id for c in kept}
-        matrix = None
-        if self.encoder is not None:
-            dim = self.encoder.dim
-            zero = np.zeros(dim, dtype=np.float32)
-            rows = [np.frombuffer(b, dtype=np.float32) if b is not None else zero
-                    for c, b in zip(cands, blobs) if c.id in keep]
-            matrix = np.stack(rows) if rows else np.zeros((0, dim), dtype=np.float32)
-        entry = _Table(version, ScoringTable(kept, settings.KEYWORD_FIELD_WEIGHT), matrix, removed)
+        key = (version[0], settings.RELEVANCE_PREFILTER_ENABLED, settings.KEYWORD_FIELD_WEIGHT, self.embed_model,
+               self.max_candidates)
+        entry = self._tables.get(key)
+        if entry is not None and entry.version == version:
+            return entry
+        if entry is None or self.max_candidates or version[1] < entry.version[1] or \
+                entry.table.dead_fraction > 0.5:
+            entry = self._build(settings, version)
+        else:
+            self._apply(entry, _load_rows(settings, self.embed_model, changed_since=entry.since,
+                                          after_id=entry.version[2]), settings)
+            entry.version = version
+        entry.scopes = known_scopes(settings)
         self._tables[key] = entry
         return entry
+
+    def _build(self, settings: Settings, version: tuple) -> _Table:
+        dim = self.encoder.dim if self.encoder else None
+        entry = _Table(version, ScoringTable([], settings.KEYWORD_FIELD_WEIGHT, dim=dim), None)
+        self._apply(entry, _load_rows(settings, self.embed_model, limit=self.max_candidates), settings)
+        return entry
+
+    def _apply(self, entry: _Table, rows, settings: Settings) -> None:
+        import numpy as np
+
+        for cand, blob, superseded, updated in rows:
+            entry.since = updated if entry.since is None or updated > entry.since else entry.since
+            entry.table.remove(cand.id)
+            entry.meta_scopes.pop(cand.id, None)
+            if superseded:
+                continue
+            if settings.RELEVANCE_PREFILTER_ENABLED and is_self_referential_meta(cand.content, cand.kind):
+                entry.meta_scopes[cand.id] = cand.scope
+                continue
+            entry.table.upsert(cand, np.frombuffer(blob, dtype=np.float32) if blob is not None else None)
 
     def embed(self, texts: list[str]):
         return self.encoder.encode(texts)
 
 
-def load_candidates(settings: Settings, scope: str | None, embed_model: str | None, limit: int | None = None):
-    """Live memories in scope (scope + global; all when no scope) and their embeddings from `embed_model`;
-    with `limit`, only the most recently updated ones."""
+def _load_rows(settings: Settings, embed_model: str | None, *, changed_since=None, after_id: int = 0,
+               limit: int | None = None):
+    """(Candidate, embedding blob or None, superseded?, updated_at) per memory: all live ones, or the rows
+    changed since a point (superseded ones included, so that they leave the table), or the newest `limit`."""
     from cairn_cli.db.tables import Memory
 
     open_stores(settings)
     fields = [Memory.id, Memory.content, Memory.keywords, Memory.scope, Memory.kind, Memory.confidence,
-              Memory.updated_at, Memory.source_ref, Memory.embedding_model]
+              Memory.updated_at, Memory.source_ref, Memory.embedding_model, Memory.superseded_by]
     if embed_model:
         fields.append(Memory.embedding)
-    query = Memory.select(*fields).where(Memory.superseded_by.is_null()).order_by(Memory.id)
-    if scope and scope != GLOBAL_SCOPE:
-        query = query.where(Memory.scope.in_([scope, GLOBAL_SCOPE]))
-    elif scope == GLOBAL_SCOPE:
-        query = query.where(Memory.scope == GLOBAL_SCOPE)
-    if limit:
-        query = query.order_by(Memory.updated_at.desc(), Memory.id.desc()).limit(limit)
-    cands, blobs = [], []
+    query = Memory.select(*fields)
+    if changed_since is not None:
+        query = query.where((Memory.updated_at >= changed_since) | (Memory.id > after_id))
+    else:
+        query = query.where(Memory.superseded_by.is_null())
+    query = query.order_by(Memory.updated_at.desc(), Memory.id.desc()).limit(limit) if limit else \
+        query.order_by(Memory.id)
     for m in query:
         usable = bool(embed_model) and m.embedding is not None and m.embedding_model == embed_model
-        cands.append(Candidate(id=m.id, content=m.content, keywords=list(m.keywords), scope=m.scope, kind=m.kind,
-                               confidence=m.confidence, updated_at=m.updated_at, source_ref=m.source_ref,
-                               has_embedding=usable))
-        blobs.append(m.embedding if usable else None)
-    return cands, blobs
-
-
-def prefilter(cands: list[Candidate], settings: Settings) -> tuple[list[Candidate], int]:
-    if not settings.RELEVANCE_PREFILTER_ENABLED:
-        return cands, 0
-    kept = [c for c in cands if not is_self_referential_meta(c.content, c.kind)]
-    return kept, len(cands) - len(kept)
+        yield (Candidate(id=m.id, content=m.content, keywords=list(m.keywords), scope=m.scope, kind=m.kind,
+                         confidence=m.confidence, updated_at=m.updated_at, source_ref=m.source_ref,
+                         has_embedding=usable),
+               m.embedding if usable else None, m.superseded_by is not None, m.updated_at)
 
 
 def _minmax(values: list[float]) -> list[float]:
@@ -244,22 +266,22 @@ def rank(request: RankRequest, settings: Settings, engine: RankEngine) -> RankRe
         raise InvalidInput("the session id is empty", "pass --session NAME")
     context = build_context_window(request.prompt, request.transcript, max_turns=settings.CONTEXT_MAX_TURNS,
                                    max_chars=settings.CONTEXT_MAX_CHARS)
-    if request.scope and request.scope not in known_scopes(settings):
-        raise InvalidInput(f"unknown scope {request.scope!r} (known: {', '.join(known_scopes(settings))})",
-                           "pass one of the known scopes or add memories with --scope first")
     clock.lap("context")
-    entry = engine.table(settings, request.scope)
+    entry = engine.table(settings)
     clock.lap("table")
+    if request.scope and request.scope not in entry.scopes:
+        raise InvalidInput(f"unknown scope {request.scope!r} (known: {', '.join(entry.scopes)})",
+                           "pass one of the known scopes or add memories with --scope first")
     sims = None
     if engine.encoder is not None and len(entry.table):
         query_vec = engine.embed([context.text])[0]
         clock.lap("embed")
-        sims = entry.matrix @ query_vec
+        sims = entry.table.similarities(query_vec)
     reranker = engine.reranker
     pool = max(k, settings.RERANK_CANDIDATES) if reranker else k
     scored = entry.table.score(context.text, sims, scope=request.scope, weights=settings.weights(),
                                half_life_days=settings.RECENCY_HALF_LIFE_DAYS, top=pool)
-    dropped = {"prefilter": entry.prefiltered, "min_score": 0, "floor": 0}
+    dropped = {"prefilter": entry.prefiltered(request.scope), "min_score": 0, "floor": 0}
     positive = [s for s in scored if s.score > 0 and s.score >= settings.RANK_MIN_SCORE]
     dropped["min_score"] = len(scored) - len(positive)
     for s in positive:
@@ -270,8 +292,8 @@ def rank(request: RankRequest, settings: Settings, engine: RankEngine) -> RankRe
         positive, dropped["floor"] = rerank_stage(positive[:settings.RERANK_CANDIDATES], context.text, reranker,
                                                   settings.RERANK_BLEND)
         clock.lap("rerank")
-    result = _deliver(request, settings, context, positive[:k], dropped, len(entry.table) + entry.prefiltered,
-                      engine)
+    in_scope = int(entry.table.in_scope(request.scope).sum()) if len(entry.table) else 0
+    result = _deliver(request, settings, context, positive[:k], dropped, in_scope + dropped["prefilter"], engine)
     clock.lap("log")
     result.timings_ms = clock.laps
     return result

@@ -58,33 +58,88 @@ def lexical_field(candidate: Candidate, keyword_weight: int) -> list[str]:
 
 
 class LexicalIndex:
-    """An inverted BM25 index over the candidates' lexical fields; a query touches only its terms' postings."""
+    """An inverted BM25 index over slots (one memory a slot); a query touches only its terms' postings.
 
-    def __init__(self, fields: list[list[str]]):
-        self.n = len(fields)
-        lengths = np.fromiter((len(f) for f in fields), dtype=np.float32, count=self.n)
-        self.avgdl = float(lengths.mean()) if self.n else 0.0
-        self._norm = BM25_K1 * (1 - BM25_B + BM25_B * lengths / (self.avgdl or 1.0))
-        docs: dict[str, list[int]] = {}
-        tfs: dict[str, list[int]] = {}
-        for doc, field_terms in enumerate(fields):
-            for term, tf in Counter(field_terms).items():
-                docs.setdefault(term, []).append(doc)
-                tfs.setdefault(term, []).append(tf)
-        self.postings = {t: (np.asarray(d, dtype=np.int32), np.asarray(tfs[t], dtype=np.float32))
-                         for t, d in docs.items()}
+    Incremental: `add` appends a slot, `remove` takes a slot's postings out, so the daemon refreshes a 100k
+    store by the few memories that changed instead of re-indexing it.
+    """
+
+    def __init__(self, fields: list[list[str]] | None = None):
+        self._docs: dict[str, list[int]] = {}
+        self._tfs: dict[str, list[int]] = {}
+        self._arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._doc_terms: list[Counter | None] = []
+        self._lengths: list[int] = []
+        self._lengths_arr: np.ndarray | None = None
+        self.n = 0  # live documents
+        self._total_len = 0
+        for f in fields or []:
+            self.add(f)
+
+    @property
+    def slots(self) -> int:
+        return len(self._lengths)
+
+    @property
+    def avgdl(self) -> float:
+        return self._total_len / self.n if self.n else 0.0
+
+    def add(self, field_terms: list[str]) -> int:
+        slot = len(self._lengths)
+        counts = Counter(field_terms)
+        for term, tf in counts.items():
+            self._docs.setdefault(term, []).append(slot)
+            self._tfs.setdefault(term, []).append(tf)
+            self._arrays.pop(term, None)
+        self._doc_terms.append(counts)
+        self._lengths.append(len(field_terms))
+        self._lengths_arr = None
+        self.n += 1
+        self._total_len += len(field_terms)
+        return slot
+
+    def remove(self, slot: int) -> None:
+        counts = self._doc_terms[slot]
+        if counts is None:
+            return
+        for term in counts:
+            docs, tfs = self._docs[term], self._tfs[term]
+            i = docs.index(slot)
+            del docs[i], tfs[i]
+            self._arrays.pop(term, None)
+            if not docs:
+                del self._docs[term], self._tfs[term]
+        self._doc_terms[slot] = None
+        self.n -= 1
+        self._total_len -= self._lengths[slot]
+
+    def _postings(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
+        if term not in self._docs:
+            return None
+        arr = self._arrays.get(term)
+        if arr is None:
+            arr = (np.asarray(self._docs[term], dtype=np.int64), np.asarray(self._tfs[term], dtype=np.float32))
+            self._arrays[term] = arr
+        return arr
 
     def idf(self, term: str) -> float:
-        df = len(self.postings[term][0]) if term in self.postings else 0
+        df = len(self._docs.get(term, ()))
         return math.log(1.0 + (self.n - df + 0.5) / (df + 0.5))
 
     def scores(self, query_terms: list[str]) -> np.ndarray:
-        out = np.zeros(self.n, dtype=np.float32)
+        """BM25 per slot (removed slots score 0)."""
+        out = np.zeros(self.slots, dtype=np.float32)
+        if not self.n:
+            return out
+        if self._lengths_arr is None:
+            self._lengths_arr = np.asarray(self._lengths, dtype=np.float32)
+        norm = BM25_K1 * (1 - BM25_B + BM25_B * self._lengths_arr / (self.avgdl or 1.0))
         for term in set(query_terms):
-            if term not in self.postings:
+            post = self._postings(term)
+            if post is None:
                 continue
-            docs, tf = self.postings[term]
-            out[docs] += self.idf(term) * tf * (BM25_K1 + 1) / (tf + self._norm[docs])
+            docs, tf = post
+            out[docs] += self.idf(term) * tf * (BM25_K1 + 1) / (tf + norm[docs])
         return out
 
 
@@ -94,47 +149,121 @@ def recency(updated_at: dt.datetime, now: dt.datetime, half_life_days: float) ->
 
 
 class ScoringTable:
-    """The candidates of one store (or scope) with everything a query does not change precomputed.
+    """A store's live memories with everything a query does not change precomputed, updated in place.
 
-    Build once per set of candidates (the daemon keeps one warm per scope); score many queries against it.
+    Build once, then `upsert` / `remove` the memories that changed (the daemon keeps one warm for the whole
+    store). `score` ranks the slots in scope: scope + global memories, or all of them when no scope is asked.
+    BM25's statistics are the whole store's; the keywords component is max-normalised over the in-scope ones.
     """
 
-    def __init__(self, candidates: list[Candidate], keyword_weight: int):
-        self.candidates = candidates
-        self.index = LexicalIndex([lexical_field(c, keyword_weight) for c in candidates])
-        self.ids = np.fromiter((c.id for c in candidates), dtype=np.int64, count=len(candidates))
-        self.scopes = np.array([c.scope for c in candidates], dtype=object)
-        self.confidence = np.fromiter((c.confidence for c in candidates), dtype=np.float64, count=len(candidates))
-        self.updated = np.fromiter((c.updated_at.timestamp() for c in candidates), dtype=np.float64,
-                                   count=len(candidates))
-        self.has_embedding = np.fromiter((c.has_embedding for c in candidates), dtype=bool, count=len(candidates))
+    def __init__(self, candidates: list[Candidate], keyword_weight: int, vectors: np.ndarray | None = None,
+                 dim: int | None = None):
+        self.keyword_weight = keyword_weight
+        self.index = LexicalIndex()
+        self.candidates: list[Candidate | None] = []
+        self.slot_of: dict[int, int] = {}
+        self._ids: list[int] = []
+        self._scopes: list[str] = []
+        self._conf: list[float] = []
+        self._updated: list[float] = []
+        self._has_emb: list[bool] = []
+        self._alive: list[bool] = []
+        self.dim = dim if dim is not None else (vectors.shape[1] if vectors is not None else None)
+        self._matrix = np.zeros((0, self.dim), dtype=np.float32) if self.dim else None
+        self._pending: list[np.ndarray] = []  # rows appended since the matrix was last stacked
+        self._arrays = None
+        for i, cand in enumerate(candidates):
+            self.upsert(cand, None if vectors is None else vectors[i])
 
     def __len__(self) -> int:
-        return len(self.candidates)
+        return self.index.n
+
+    def upsert(self, cand: Candidate, vector: np.ndarray | None = None) -> None:
+        if cand.id in self.slot_of:
+            self.remove(cand.id)
+        slot = self.index.add(lexical_field(cand, self.keyword_weight))
+        self.slot_of[cand.id] = slot
+        self.candidates.append(cand)
+        self._ids.append(cand.id)
+        self._scopes.append(cand.scope)
+        self._conf.append(cand.confidence)
+        self._updated.append(cand.updated_at.timestamp())
+        self._has_emb.append(cand.has_embedding and vector is not None if self.dim else cand.has_embedding)
+        self._alive.append(True)
+        if self.dim:
+            self._pending.append(np.asarray(vector, dtype=np.float32) if vector is not None
+                                 else np.zeros(self.dim, dtype=np.float32))
+        self._arrays = None
+
+    def remove(self, memory_id: int) -> None:
+        slot = self.slot_of.pop(memory_id, None)
+        if slot is None:
+            return
+        self.index.remove(slot)
+        self.candidates[slot] = None
+        self._alive[slot] = False
+        self._arrays = None
+
+    def arrays(self) -> dict:
+        if self._arrays is None:
+            a = {"ids": np.asarray(self._ids, dtype=np.int64), "scopes": np.asarray(self._scopes, dtype=object),
+                 "confidence": np.asarray(self._conf, dtype=np.float64),
+                 "updated": np.asarray(self._updated, dtype=np.float64),
+                 "has_embedding": np.asarray(self._has_emb, dtype=bool),
+                 "alive": np.asarray(self._alive, dtype=bool)}
+            if self.dim:
+                if self._pending:
+                    self._matrix = np.vstack([self._matrix, np.stack(self._pending)])
+                    self._pending = []
+                a["matrix"] = self._matrix
+            self._arrays = a
+        return self._arrays
+
+    @property
+    def dead_fraction(self) -> float:
+        slots = self.index.slots
+        return (slots - self.index.n) / slots if slots else 0.0
+
+    def in_scope(self, scope: str | None) -> np.ndarray:
+        a = self.arrays()
+        if scope and scope != GLOBAL_SCOPE:
+            return a["alive"] & ((a["scopes"] == scope) | (a["scopes"] == GLOBAL_SCOPE))
+        if scope == GLOBAL_SCOPE:
+            return a["alive"] & (a["scopes"] == GLOBAL_SCOPE)
+        return a["alive"]
+
+    def similarities(self, query_vec: np.ndarray) -> np.ndarray:
+        matrix = self.arrays().get("matrix")
+        return np.zeros(self.index.slots) if matrix is None else matrix @ query_vec
 
     def score(self, query_text: str, similarities, *, scope: str | None, weights: dict[str, float],
               half_life_days: float, now: dt.datetime | None = None, top: int | None = None) -> list[Scored]:
-        """The best `top` candidates (all when None), best first, ties broken by newer id, with every component.
-
-        `similarities` is aligned with the candidates (None when no embedding model is in play: similarity 0).
-        """
-        n = len(self.candidates)
-        if n == 0:
+        """The best `top` in-scope memories (all when None), best first, ties broken by newer id, with every
+        component. `similarities` is aligned with the slots (None when no embedding model is in play: 0)."""
+        a = self.arrays()
+        mask = self.in_scope(scope)
+        n_in = int(mask.sum())
+        if n_in == 0:
             return []
         now = now or dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
-        bm25 = self.index.scores(terms(query_text)).astype(np.float64)
+        bm25 = np.where(mask, self.index.scores(terms(query_text)).astype(np.float64), 0.0)
         best = float(bm25.max()) or 1.0
+        n = len(mask)
         sim = np.zeros(n) if similarities is None else np.clip(np.asarray(similarities, dtype=np.float64), 0, None)
-        sim = np.where(self.has_embedding, sim, 0.0)
-        scope_v = (self.scopes == scope).astype(np.float64) if scope and scope != GLOBAL_SCOPE else np.zeros(n)
-        age_days = np.clip((now.timestamp() - self.updated) / 86400.0, 0, None)
+        sim = np.where(a["has_embedding"], sim, 0.0)
+        scope_v = (a["scopes"] == scope).astype(np.float64) if scope and scope != GLOBAL_SCOPE else np.zeros(n)
+        age_days = np.clip((now.timestamp() - a["updated"]) / 86400.0, 0, None)
         rec = 0.5 ** (age_days / half_life_days) if half_life_days > 0 else np.zeros(n)
-        comps = {"similarity": sim, "keywords": bm25 / best, "scope": scope_v, "confidence": self.confidence,
+        comps = {"similarity": sim, "keywords": bm25 / best, "scope": scope_v, "confidence": a["confidence"],
                  "recency": rec}
         total = sum(weights[name] * comps[name] for name in weights)
-        order = np.lexsort((-self.ids, -total))
-        if top is not None and top < n:
-            order = order[:top]
+        total = np.where(mask, total, -np.inf)
+        want = n_in if top is None else min(top, n_in)
+        if want < n:
+            cut = np.argpartition(-total, want - 1)[:want]
+            order = cut[np.lexsort((-a["ids"][cut], -total[cut]))]
+        else:
+            order = np.lexsort((-a["ids"], -total))[:want]
         out = []
         for i in order.tolist():
             c = {name: round(float(comps[name][i]), 6) for name in comps}

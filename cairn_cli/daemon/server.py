@@ -68,6 +68,9 @@ class Daemon:
             torch.set_num_threads(threads)
         self.engine = RankEngine(get_encoder(self.settings.EMBED_MODEL, self.settings.EMBED_DTYPE))
         self.refresh_reranker(self.settings)
+        t0 = time.time()
+        self.engine.table(self.settings)  # prewarm: index the default store before the first prompt
+        self.log(f"indexed {len(self.engine.table(self.settings).table)} memories in {time.time() - t0:.1f}s")
         self.state = "ready"
         self.write_status()
 
