@@ -99,16 +99,17 @@ def known_scopes(settings: Settings) -> list[str]:
 
 
 def store_version(settings: Settings) -> tuple:
-    """(url, count, max id, max updated_at): changes whenever a memory is added, merged, superseded or re-scored
-    (one aggregate query on indexed columns)."""
+    """(url, max id, max updated_at): changes whenever a memory is added, merged, superseded or re-scored.
+    Two index lookups (no COUNT: cairn never deletes a memory, it supersedes it)."""
     from peewee import fn
 
     from cairn_cli.db.tables import Memory
 
     open_stores(settings)
-    count, max_id, max_updated = Memory.select(fn.COUNT(Memory.id), fn.MAX(Memory.id),
-                                               fn.MAX(Memory.updated_at)).tuples().first()
-    return config.memory_db_url(settings.DB_URL), count, max_id or 0, str(max_updated)
+    # two queries: SQLite answers a lone MAX() from the index, two MAX()es in one SELECT scan the table
+    max_id = Memory.select(fn.MAX(Memory.id)).scalar() or 0
+    max_updated = Memory.select(fn.MAX(Memory.updated_at)).scalar()
+    return config.memory_db_url(settings.DB_URL), max_id, str(max_updated)
 
 
 @dataclass
@@ -172,9 +173,10 @@ class RankEngine:
             entry = self._build(settings, version)
         else:
             self._apply(entry, _load_rows(settings, self.embed_model, changed_since=entry.since,
-                                          after_id=entry.version[2]), settings)
+                                          after_id=entry.version[1]), settings)
             entry.version = version
-        entry.scopes = known_scopes(settings)
+        entry.scopes = known_scopes(settings) if self.max_candidates else \
+            sorted(entry.table.live_scopes() | set(entry.meta_scopes.values()) | {GLOBAL_SCOPE})
         self._tables[key] = entry
         return entry
 
@@ -182,6 +184,8 @@ class RankEngine:
         dim = self.encoder.dim if self.encoder else None
         entry = _Table(version, ScoringTable([], settings.KEYWORD_FIELD_WEIGHT, dim=dim), None)
         self._apply(entry, _load_rows(settings, self.embed_model, limit=self.max_candidates), settings)
+        entry.table.index.freeze()
+        entry.table.arrays()  # stack the embedding matrix now, not on the first prompt
         return entry
 
     def _apply(self, entry: _Table, rows, settings: Settings) -> None:

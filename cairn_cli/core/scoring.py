@@ -113,6 +113,11 @@ class LexicalIndex:
         self.n -= 1
         self._total_len -= self._lengths[slot]
 
+    def freeze(self) -> None:
+        """Materialise every term's posting arrays now (the daemon does it while warming, not on a prompt)."""
+        for term in self._docs:
+            self._postings(term)
+
     def _postings(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
         if term not in self._docs:
             return None
@@ -163,7 +168,9 @@ class ScoringTable:
         self.candidates: list[Candidate | None] = []
         self.slot_of: dict[int, int] = {}
         self._ids: list[int] = []
-        self._scopes: list[str] = []
+        self._scopes: list[int] = []  # scope codes: comparing ints over 100k slots, not strings
+        self._scope_code: dict[str, int] = {GLOBAL_SCOPE: 0}
+        self._masks: dict[str | None, np.ndarray] = {}
         self._conf: list[float] = []
         self._updated: list[float] = []
         self._has_emb: list[bool] = []
@@ -185,7 +192,7 @@ class ScoringTable:
         self.slot_of[cand.id] = slot
         self.candidates.append(cand)
         self._ids.append(cand.id)
-        self._scopes.append(cand.scope)
+        self._scopes.append(self._scope_code.setdefault(cand.scope, len(self._scope_code)))
         self._conf.append(cand.confidence)
         self._updated.append(cand.updated_at.timestamp())
         self._has_emb.append(cand.has_embedding and vector is not None if self.dim else cand.has_embedding)
@@ -206,7 +213,8 @@ class ScoringTable:
 
     def arrays(self) -> dict:
         if self._arrays is None:
-            a = {"ids": np.asarray(self._ids, dtype=np.int64), "scopes": np.asarray(self._scopes, dtype=object),
+            self._masks = {}
+            a = {"ids": np.asarray(self._ids, dtype=np.int64), "scopes": np.asarray(self._scopes, dtype=np.int32),
                  "confidence": np.asarray(self._conf, dtype=np.float64),
                  "updated": np.asarray(self._updated, dtype=np.float64),
                  "has_embedding": np.asarray(self._has_emb, dtype=bool),
@@ -224,13 +232,28 @@ class ScoringTable:
         slots = self.index.slots
         return (slots - self.index.n) / slots if slots else 0.0
 
+    def live_scopes(self) -> set[str]:
+        a = self.arrays()
+        names = {code: name for name, code in self._scope_code.items()}
+        return {names[int(c)] for c in np.unique(a["scopes"][a["alive"]])}
+
+    def _is_scope(self, scope: str) -> np.ndarray:
+        a = self.arrays()
+        code = self._scope_code.get(scope)
+        return np.zeros(len(a["ids"]), dtype=bool) if code is None else a["scopes"] == code
+
     def in_scope(self, scope: str | None) -> np.ndarray:
         a = self.arrays()
-        if scope and scope != GLOBAL_SCOPE:
-            return a["alive"] & ((a["scopes"] == scope) | (a["scopes"] == GLOBAL_SCOPE))
-        if scope == GLOBAL_SCOPE:
-            return a["alive"] & (a["scopes"] == GLOBAL_SCOPE)
-        return a["alive"]
+        mask = self._masks.get(scope)
+        if mask is None:
+            if scope and scope != GLOBAL_SCOPE:
+                mask = a["alive"] & (self._is_scope(scope) | self._is_scope(GLOBAL_SCOPE))
+            elif scope == GLOBAL_SCOPE:
+                mask = a["alive"] & self._is_scope(GLOBAL_SCOPE)
+            else:
+                mask = a["alive"]
+            self._masks[scope] = mask
+        return mask
 
     def similarities(self, query_vec: np.ndarray) -> np.ndarray:
         matrix = self.arrays().get("matrix")
@@ -251,7 +274,7 @@ class ScoringTable:
         n = len(mask)
         sim = np.zeros(n) if similarities is None else np.clip(np.asarray(similarities, dtype=np.float64), 0, None)
         sim = np.where(a["has_embedding"], sim, 0.0)
-        scope_v = (a["scopes"] == scope).astype(np.float64) if scope and scope != GLOBAL_SCOPE else np.zeros(n)
+        scope_v = self._is_scope(scope).astype(np.float64) if scope and scope != GLOBAL_SCOPE else np.zeros(n)
         age_days = np.clip((now.timestamp() - a["updated"]) / 86400.0, 0, None)
         rec = 0.5 ** (age_days / half_life_days) if half_life_days > 0 else np.zeros(n)
         comps = {"similarity": sim, "keywords": bm25 / best, "scope": scope_v, "confidence": a["confidence"],
