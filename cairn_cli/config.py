@@ -8,20 +8,17 @@ This module is on the hook's hot path: stdlib only.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
 
 from cairn_cli.errors import ConfigError
 
-if TYPE_CHECKING:
-    from pathlib import Path
-
+# typing and pathlib are not imported at module level: this module is on the hot path
 
 class Setting:
     """One named setting (a plain class: dataclasses costs 14 ms of import on the hook's hot path)."""
 
     __slots__ = ("name", "default", "type", "doc")
 
-    def __init__(self, name: str, default: Any, type: type, doc: str):
+    def __init__(self, name: str, default: object, type: type, doc: str):
         self.name, self.default, self.type, self.doc = name, default, type, doc
 
 
@@ -74,7 +71,7 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
 
-def _coerce(setting: Setting, raw: Any, origin: str) -> Any:
+def _coerce(setting: Setting, raw: object, origin: str) -> object:
     if setting.type is bool:
         if isinstance(raw, bool):
             return raw
@@ -131,7 +128,7 @@ def _file_values() -> dict:
     return values
 
 
-def get(name: str, override: Any = None, environ: dict | None = None) -> Any:
+def get(name: str, override: object = None, environ: dict | None = None) -> object:
     """One setting, by precedence: explicit override > CAIRN_<NAME> > config.toml > default.
 
     `environ` replaces os.environ: the daemon resolves a request with the calling client's environment.
@@ -151,19 +148,19 @@ def get(name: str, override: Any = None, environ: dict | None = None) -> Any:
 class Settings:
     """A view of all settings with per-call overrides (the CLI's flags)."""
 
-    def __init__(self, environ: dict | None = None, **overrides: Any):
+    def __init__(self, environ: dict | None = None, **overrides: object):
         unknown = set(overrides) - set(SETTINGS)
         if unknown:
             raise KeyError(f"unknown settings: {sorted(unknown)}")
         self._overrides = {k: v for k, v in overrides.items() if v is not None}
         self._environ = environ
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         if name.startswith("_") or name not in SETTINGS:
             raise AttributeError(name)
         return get(name, self._overrides.get(name), self._environ)
 
-    def overrides(self) -> dict[str, Any]:
+    def overrides(self) -> dict[str, object]:
         return dict(self._overrides)
 
     def weights(self) -> dict[str, float]:

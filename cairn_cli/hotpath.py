@@ -1,5 +1,5 @@
 """What `cairn rank` needs on the shell hook's hot path, shared by entry.py (argparse) and commands/rank.py
-(Typer): reading the prompt, the request fields, printing the result. stdlib + orjson only."""
+(Typer): reading the prompt, the request fields, printing the result. stdlib only."""
 
 from __future__ import annotations
 
@@ -29,11 +29,10 @@ def rank_fields(prompt, session, scope, transcript, k, layer, turn, log) -> dict
 
 
 def emit_rank(result: dict, as_json: bool) -> None:
-    import orjson
+    import json
 
     if as_json:
-        sys.stdout.write(orjson.dumps({k: v for k, v in result.items() if k != "block"},
-                                      option=orjson.OPT_INDENT_2).decode() + "\n")
+        sys.stdout.write(json.dumps({k: v for k, v in result.items() if k != "block"}, indent=2) + "\n")
     else:
         if result["block"]:
             sys.stdout.write(result["block"] + "\n")

@@ -1,4 +1,5 @@
-"""The hook's side of the daemon: stdlib + orjson only (no torch, numpy, peewee, rich, typer).
+"""The hook's side of the daemon: stdlib only (no torch, numpy, peewee, rich, typer — and no orjson, whose import
+pulls in dataclasses, uuid and zoneinfo: 14 ms here against 1.4 ms for json).
 
 One request per connection: a JSON line out, a JSON line back, under one deadline for connect + read.
 The socket must be a socket we own with mode 0600; anything else (another user's path, a planted file) is
@@ -7,12 +8,11 @@ refused, never trusted.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import stat
 import time
-
-import orjson
 
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 
@@ -73,7 +73,7 @@ def request(op: str, payload: dict | None = None, *, timeout_ms: int, base=None)
             sock.connect(path)
         except (ConnectionRefusedError, FileNotFoundError):
             raise Unavailable("daemon not running (stale socket)") from None
-        sock.sendall(orjson.dumps({"op": op, **(payload or {})}) + b"\n")
+        sock.sendall(json.dumps({"op": op, **(payload or {})}, separators=(",", ":")).encode() + b"\n")
         chunks, size = [], 0
         while True:
             left = deadline - time.monotonic()
@@ -97,8 +97,8 @@ def request(op: str, payload: dict | None = None, *, timeout_ms: int, base=None)
     if not raw.endswith(b"\n"):
         raise Unavailable("daemon closed the connection mid-answer")
     try:
-        answer = orjson.loads(raw)
-    except orjson.JSONDecodeError:
+        answer = json.loads(raw)
+    except ValueError:
         raise Unavailable("daemon sent an unreadable answer") from None
     if not answer.get("ok"):
         if answer.get("kind") == "input":
