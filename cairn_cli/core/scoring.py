@@ -268,18 +268,35 @@ class ScoringTable:
         n_in = int(mask.sum())
         if n_in == 0:
             return []
-        now = now or dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
-        bm25 = np.where(mask, self.index.scores(terms(query_text)).astype(np.float64), 0.0)
+        now_ts = (now or dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)).timestamp()
+        bm25 = np.where(mask, self.index.scores(terms(query_text)), np.float32(0))
         best = float(bm25.max()) or 1.0
         n = len(mask)
-        sim = np.zeros(n) if similarities is None else np.clip(np.asarray(similarities, dtype=np.float64), 0, None)
-        sim = np.where(a["has_embedding"], sim, 0.0)
-        scope_v = self._is_scope(scope).astype(np.float64) if scope and scope != GLOBAL_SCOPE else np.zeros(n)
-        age_days = np.clip((now.timestamp() - a["updated"]) / 86400.0, 0, None)
-        rec = 0.5 ** (age_days / half_life_days) if half_life_days > 0 else np.zeros(n)
-        comps = {"similarity": sim, "keywords": bm25 / best, "scope": scope_v, "confidence": a["confidence"],
-                 "recency": rec}
-        total = sum(weights[name] * comps[name] for name in weights)
+        sims = None if similarities is None else np.asarray(similarities, dtype=np.float32)
+        code = self._scope_code.get(scope) if scope and scope != GLOBAL_SCOPE else None
+
+        def component(name: str, idx):
+            """One component over the slots `idx` (a slice: all of them): zero-weighted ones are computed only
+            for the memories that are returned, which is all that their logging needs."""
+            if name == "similarity":
+                if sims is None:
+                    return np.zeros(n, dtype=np.float32)[idx]
+                return np.where(a["has_embedding"][idx], np.clip(sims[idx], 0, None), np.float32(0))
+            if name == "keywords":
+                return bm25[idx] / np.float32(best)
+            if name == "scope":
+                return (a["scopes"][idx] == code).astype(np.float32) if code is not None else \
+                    np.zeros(n, dtype=np.float32)[idx]
+            if name == "confidence":
+                return a["confidence"][idx]
+            age_days = np.clip((now_ts - a["updated"][idx]) / 86400.0, 0, None)  # recency
+            return 0.5 ** (age_days / half_life_days) if half_life_days > 0 else np.zeros_like(age_days)
+
+        everything = slice(None)
+        total = np.zeros(n, dtype=np.float64)
+        for name, weight in weights.items():
+            if weight:
+                total += weight * component(name, everything)
         total = np.where(mask, total, -np.inf)
         want = n_in if top is None else min(top, n_in)
         if want < n:
@@ -287,9 +304,10 @@ class ScoringTable:
             order = cut[np.lexsort((-a["ids"][cut], -total[cut]))]
         else:
             order = np.lexsort((-a["ids"], -total))[:want]
+        picked = {name: component(name, order) for name in weights}
         out = []
-        for i in order.tolist():
-            c = {name: round(float(comps[name][i]), 6) for name in comps}
+        for row, i in enumerate(order.tolist()):
+            c = {name: round(float(picked[name][row]), 6) for name in weights}
             c["keywords_bm25"] = round(float(bm25[i]), 6)
             c["composite"] = round(float(total[i]), 6)
             out.append(Scored(self.candidates[i], float(total[i]), c))
