@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import fcntl
+import gc
 import os
 import resource
 import signal
@@ -71,6 +72,8 @@ class Daemon:
         t0 = time.time()
         self.engine.table(self.settings)  # prewarm: index the default store before the first prompt
         self.log(f"indexed {len(self.engine.table(self.settings).table)} memories in {time.time() - t0:.1f}s")
+        gc.collect()
+        gc.freeze()
         self.state = "ready"
         self.write_status()
 
@@ -114,6 +117,7 @@ class Daemon:
                 raise InvalidInput("rank needs a request object", "use cairn rank")
             self.refresh_reranker(settings)
             result = rank(RankRequest(**fields), settings, self.engine)
+            gc.freeze()  # the warm tables are long-lived: keep the cyclic GC from rescanning 100k objects
             return {"ok": True, "result": result.as_dict()}
         if op == "embed":
             texts = req.get("texts")
