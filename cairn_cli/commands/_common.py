@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from cairn_cli.config import Settings
-from cairn_cli.hotpath import read_text_arg  # noqa: F401 - re-exported for commands
 
 _globals: dict[str, str | None] = {}
 

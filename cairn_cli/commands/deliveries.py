@@ -7,7 +7,8 @@ from typing import Annotated, Optional
 import typer
 
 from cairn_cli import output
-from cairn_cli.commands._common import read_text_arg, settings
+from cairn_cli.commands._common import settings
+from cairn_cli.hotpath import read_text_arg
 
 LOG_DELIVERY_HELP = """Record deliveries made by another ranker (JSON object on stdin or as the argument).
 
