@@ -132,6 +132,9 @@ class CrossEncoderReranker:
         self.model = CrossEncoder(str(resolution.path), device=device, max_length=max_length,
                                   activation_fn=torch.nn.Identity(), local_files_only=True)
         self.model.model.eval()
+        if self.use_bf16:
+            # bf16 weights, not autocast: autocast re-casts every weight on every call (measured ~18% slower)
+            self.model.model.to(torch.bfloat16)
         self.name, self.floor, self.role = resolution.name, resolution.floor, resolution.role
         self.activation = resolution.activation
         self.batch_size = batch_size
@@ -143,8 +146,7 @@ class CrossEncoderReranker:
         if not texts:
             return []
         pairs = [(query, t) for t in texts]
-        with self._torch.inference_mode(), self._torch.autocast(device_type=self.device, dtype=self._torch.bfloat16,
-                                                                 enabled=self.use_bf16):
+        with self._torch.inference_mode():
             out = self.model.predict(pairs, batch_size=self.batch_size, show_progress_bar=False,
                                      convert_to_numpy=True)
         return [float(x) for x in out.reshape(-1)]
