@@ -1,0 +1,142 @@
+"""The agent's `[cm]` block: new memories, relevance grades (rg), corroborations (cu) and contradictions (-!).
+
+Specified in docs/cm-block.md. Parsing is tolerant: the last `[cm]` block of the response is read, each malformed
+item is reported as a problem and skipped, and everything that is well formed still applies. Never raises on
+the agent's text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+from cairn_cli.core.memories import MemoryInput, validate_entry
+from cairn_cli.errors import InvalidInput
+
+_BLOCK = re.compile(r"\[cm\](.*?)(?:\[/cm\]|\Z)", re.DOTALL | re.IGNORECASE)
+_FENCE = re.compile(r"^\s*```[a-zA-Z]*\s*|\s*```\s*$")
+_GRADE = re.compile(r"^\s*#?(\d+)\s*:\s*(-?\d+)\s*(!?)\s*$")
+MAX_GRADE = 3
+
+
+@dataclass(frozen=True)
+class Grade:
+    memory_id: int
+    grade: int
+    hard_negative: bool
+
+
+@dataclass
+class CmBlock:
+    found: bool = False
+    memories: list[MemoryInput] = field(default_factory=list)
+    grades: list[Grade] = field(default_factory=list)
+    corroborate: list[int] = field(default_factory=list)
+    contradict: list[int] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {"found": self.found, "memories": [m.content for m in self.memories],
+                "grades": [{"memory_id": g.memory_id, "grade": g.grade, "hard_negative": g.hard_negative}
+                           for g in self.grades],
+                "corroborate": self.corroborate, "contradict": self.contradict, "problems": self.problems}
+
+
+def strip_block(text: str) -> str:
+    """The response without its [cm] block(s): what engagement detection reads."""
+    return _BLOCK.sub("", text or "").strip()
+
+
+def parse_grade(item: object) -> Grade:
+    """`"12:3"`, `"15:0!"` (hard negative), or `{"id": 12, "grade": 3, "hard_negative": false}`."""
+    if isinstance(item, dict):
+        mid, grade, hard = item.get("id"), item.get("grade"), bool(item.get("hard_negative", False))
+        if not isinstance(mid, int) or isinstance(mid, bool) or not isinstance(grade, int) or isinstance(grade, bool):
+            raise ValueError(f"grade item {json.dumps(item)[:60]} needs an integer id and grade")
+    elif isinstance(item, str):
+        m = _GRADE.match(item)
+        if not m:
+            raise ValueError(f"grade item {item[:40]!r} is not \"id:grade\" (e.g. \"12:3\" or \"15:0!\")")
+        mid, grade, hard = int(m.group(1)), int(m.group(2)), bool(m.group(3))
+    else:
+        raise ValueError(f"grade item {item!r:.40} is not a string \"id:grade\"")
+    if not 0 <= grade <= MAX_GRADE:
+        raise ValueError(f"grade {grade} for memory {mid} is outside 0-{MAX_GRADE}")
+    if hard and grade != 0:
+        raise ValueError(f"memory {mid}: a hard negative (!) must have grade 0, got {grade}")
+    return Grade(mid, grade, hard)
+
+
+def _ids(value: object, key: str, problems: list[str]) -> list[int]:
+    items = value if isinstance(value, list) else [value]
+    out: list[int] = []
+    for item in items:
+        if isinstance(item, bool):
+            problems.append(f"{key}: {item!r} is not a memory id")
+        elif isinstance(item, int):
+            out.append(item)
+        elif isinstance(item, str) and item.strip().lstrip("#").isdigit():
+            out.append(int(item.strip().lstrip("#")))
+        else:
+            problems.append(f"{key}: {str(item)[:40]!r} is not a memory id")
+    return list(dict.fromkeys(out))
+
+
+def _load(body: str) -> object:
+    body = _FENCE.sub("", body.strip())
+    start = 0 if body[:1] in "{[" else body.find("{")
+    if start < 0 or not body:
+        raise ValueError("no JSON object after [cm]")
+    obj, _ = json.JSONDecoder().raw_decode(body[start:])
+    return obj
+
+
+def parse_cm(text: str, *, source_ref: str | None = None, session_id: str | None = None) -> CmBlock:
+    """Parse the last [cm] block of `text`. Problems are collected, never raised."""
+    blocks = _BLOCK.findall(text or "")
+    out = CmBlock()
+    if not blocks:
+        return out
+    out.found = True
+    try:
+        data = _load(blocks[-1])
+    except ValueError as exc:
+        out.problems.append(f"[cm] block is not JSON: {str(exc)[:80]}")
+        return out
+    if not isinstance(data, dict):
+        out.problems.append("[cm] block must hold one JSON object")
+        return out
+    for key in sorted(set(data) - {"m", "rg", "cu", "-!"}):
+        out.problems.append(f"unknown [cm] key {key!r} ignored (known: m, rg, cu, -!)")
+    raw_memories = data.get("m", [])
+    for i, entry in enumerate(raw_memories if isinstance(raw_memories, list) else [raw_memories]):
+        if isinstance(entry, str):
+            entry = {"content": entry}
+        if isinstance(entry, dict):
+            entry = {k: v for k, v in entry.items() if k in ("content", "keywords", "scope", "kind", "source_ref")}
+            entry.setdefault("session_id", session_id)
+        try:
+            out.memories.append(validate_entry(entry, default_source_ref=source_ref))
+        except InvalidInput as exc:
+            out.problems.append(f"m[{i}]: {exc.message}")
+    grades = data.get("rg", [])
+    seen: dict[int, Grade] = {}
+    for item in grades if isinstance(grades, list) else [grades]:
+        try:
+            g = parse_grade(item)
+        except ValueError as exc:
+            out.problems.append(f"rg: {exc}")
+            continue
+        if g.memory_id in seen and seen[g.memory_id] != g:
+            out.problems.append(f"rg: memory {g.memory_id} graded twice; the last grade is kept")
+        seen[g.memory_id] = g
+    out.grades = list(seen.values())
+    out.corroborate = _ids(data.get("cu", []), "cu", out.problems)
+    out.contradict = _ids(data.get("-!", []), "-!", out.problems)
+    both = set(out.corroborate) & set(out.contradict)
+    if both:
+        out.problems.append(f"memories {sorted(both)} both corroborated and contradicted; neither applied")
+        out.corroborate = [i for i in out.corroborate if i not in both]
+        out.contradict = [i for i in out.contradict if i not in both]
+    return out
