@@ -12,7 +12,7 @@ from typing import Annotated, Callable, Optional
 
 import typer
 
-from cairn_cli.commands import daemon, deliveries, memory, rank
+from cairn_cli.commands import daemon, deliveries, labels, memory, rank
 from cairn_cli.commands._common import set_globals
 from cairn_cli.errors import CairnError
 
@@ -61,6 +61,7 @@ COMMANDS: list[tuple[typer.Typer, str, Callable]] = [
     (app, "rank", rank.rank),
     (app, "log-delivery", deliveries.log_delivery),
     (app, "deliveries", deliveries.list_deliveries),
+    (app, "grade", labels.grade),
     (memory_app, "add", memory.add),
     (memory_app, "import", memory.import_),
     (memory_app, "list", memory.list_),

@@ -44,6 +44,7 @@ class DeliveryView:
     score_components: dict = field(default_factory=dict)
     grade: int | None = None
     hard_negative: bool | None = None
+    graded_at: str | None = None
     engaged: bool | None = None
     engaged_score: float | None = None
     engaged_method: str | None = None
@@ -85,6 +86,7 @@ def _view(row) -> DeliveryView:
                         reranker_model=row.reranker_model, ranker=row.ranker, layer=row.layer, scope=row.scope,
                         delivered_at=row.delivered_at.isoformat(timespec="seconds"),
                         score_components=row.score_components, grade=row.grade, hard_negative=row.hard_negative,
+                        graded_at=row.graded_at.isoformat(timespec="microseconds") if row.graded_at else None,
                         engaged=row.engaged, engaged_score=row.engaged_score, engaged_method=row.engaged_method,
                         arm=row.arm)
 

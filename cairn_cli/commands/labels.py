@@ -1,0 +1,53 @@
+"""`cairn grade`: apply the agent's [cm] grades and evidence to a turn's deliveries."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from cairn_cli import output
+from cairn_cli.commands._common import settings
+from cairn_cli.hotpath import read_text_arg
+
+
+def grade(
+    response: Annotated[Optional[str], typer.Argument(
+        help="The response text holding the [cm] block; '-' or omitted reads stdin.")] = None,
+    session: Annotated[str, typer.Option(help="The session whose deliveries are graded.")] = ...,
+    turn: Annotated[Optional[int], typer.Option(help="The turn (default: the session's latest delivered turn).")] = None,
+    file: Annotated[Optional[Path], typer.Option("--file", help="Read the response from this file.")] = None,
+    json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Apply the rg grades (0-3, '!' = hard negative) and cu / -! evidence of a [cm] block (docs/cm-block.md).
+
+    Grades for memories not delivered in that turn are rejected with a reason; re-applying is idempotent.
+    Exit 2 when the text has no [cm] block.
+
+    Example: cairn grade --session s1 --turn 3 '... [cm]{"rg": ["12:3", "15:0!"], "cu": [12]}[/cm]'
+    """
+    from cairn_cli.core.cm import parse_cm
+    from cairn_cli.core.labels import apply_relevance_grades
+    from cairn_cli.errors import InvalidInput, NotFound
+
+    if file is not None:
+        if not file.is_file():
+            raise NotFound(f"no such file: {file}", "pass the path of the response text")
+        text = file.read_bytes().decode("utf-8", errors="replace")
+    else:
+        text = read_text_arg(response, "response", "pass the response text, --file PATH, or pipe it on stdin")
+    cm = parse_cm(text)
+    if not cm.found:
+        raise InvalidInput("the response has no [cm] block", "see docs/cm-block.md for the format")
+    report = apply_relevance_grades(cm, session, settings(), turn=turn)
+    if json:
+        output.json_out(report.as_dict())
+        return
+    output.text_out(f"session {report.session_id} turn {report.turn}: {len(report.applied)} graded, "
+                    f"{len(report.rejected)} rejected, {len(report.corroborated)} corroborated, "
+                    f"{len(report.contradicted)} contradicted")
+    for r in report.rejected:
+        output.message(f"rejected {r['memory_id']}:{r['grade']}: {r['reason']}")
+    for p in report.problems:
+        output.message(f"skipped: {p}")
