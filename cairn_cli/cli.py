@@ -12,7 +12,7 @@ from typing import Annotated, Callable, Optional
 
 import typer
 
-from cairn_cli.commands import daemon, deliveries, labels, memory, rank
+from cairn_cli.commands import daemon, deliveries, engage, hook, labels, memory, rank
 from cairn_cli.commands._common import set_globals
 from cairn_cli.errors import CairnError
 
@@ -20,6 +20,7 @@ app = typer.Typer(name="cairn", no_args_is_help=True, add_completion=False, pret
                   help="Decide which long-term memories an agent sees, label every delivery, learn from the labels.")
 memory_app = typer.Typer(no_args_is_help=True, help="The persistent memory store.")
 daemon_app = typer.Typer(no_args_is_help=True, help="The model daemon that keeps the hot path fast.")
+hook_app = typer.Typer(no_args_is_help=True, help="The Claude Code integration: the hooks and their installation.")
 
 
 def handle_errors(fn: Callable) -> Callable:
@@ -62,6 +63,7 @@ COMMANDS: list[tuple[typer.Typer, str, Callable]] = [
     (app, "log-delivery", deliveries.log_delivery),
     (app, "deliveries", deliveries.list_deliveries),
     (app, "grade", labels.grade),
+    (app, "engage", engage.engage),
     (memory_app, "add", memory.add),
     (memory_app, "import", memory.import_),
     (memory_app, "list", memory.list_),
@@ -74,11 +76,16 @@ COMMANDS: list[tuple[typer.Typer, str, Callable]] = [
     (daemon_app, "stop", daemon.stop),
     (daemon_app, "status", daemon.status),
     (daemon_app, "serve", daemon.serve),
+    (hook_app, "prompt", hook.prompt),
+    (hook_app, "stop", hook.stop),
+    (hook_app, "install", hook.install),
+    (hook_app, "uninstall", hook.uninstall),
 ]
 for _parent, _name, _fn in COMMANDS:
     _parent.command(_name)(handle_errors(_fn))
 app.add_typer(memory_app, name="memory")
 app.add_typer(daemon_app, name="daemon")
+app.add_typer(hook_app, name="hook")
 
 
 def main() -> None:

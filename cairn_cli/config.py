@@ -64,6 +64,15 @@ _SETTINGS = [
     Setting("FALLBACK_MAX_CANDIDATES", 5000, int,
             "Daemon down: the lexical fallback ranks only this many most recently updated memories."),
     Setting("DAEMON_TIMEOUT_MS", 1500, int, "Hook client's connect+read timeout before the in-process fallback."),
+    Setting("ENGAGEMENT_LEXICAL_MIN", 0.25, float,
+            "Engaged when this share of a memory's distinctive terms (prompt terms removed) is in the response."),
+    Setting("ENGAGEMENT_SEMANTIC_ENABLED", True, bool,
+            "Second chance when the lexical test fails: cosine of memory and response chunks (the daemon's embedder)."),
+    Setting("ENGAGEMENT_SEMANTIC_MIN", 0.55, float, "Cosine at which the semantic second chance counts as engaged."),
+    Setting("ENGAGEMENT_CHUNK_CHARS", 400, int, "Response chunk size (characters) for the semantic test."),
+    Setting("HOOK_SCOPE", "", str, "Scope the hooks rank and write in (default: the name of the hook's cwd)."),
+    Setting("HOOK_TRANSCRIPT_WAIT_MS", 500, int,
+            "Stop hook: how long to wait for the response to reach the transcript when the payload lacks it."),
     Setting("DEBUG", False, bool, "Show tracebacks for unexpected errors."),
 ]
 SETTINGS: dict[str, Setting] = {s.name: s for s in _SETTINGS}

@@ -1,5 +1,6 @@
-"""The `cairn` console script. `cairn rank` — the shell hook's hot path — is parsed here with argparse and sent
-to the daemon without importing Typer, rich or any model; every other command goes to the Typer app."""
+"""The `cairn` console script. `cairn rank` and `cairn hook prompt|stop` — the shell hooks' hot path — are parsed
+here (argparse) and sent to the daemon without importing Typer, rich or any model; every other command goes to the
+Typer app."""
 
 from __future__ import annotations
 
@@ -56,6 +57,10 @@ def main() -> None:
     argv = sys.argv[1:]
     if argv[:1] == ["rank"] and "--help" not in argv and "-h" not in argv:
         sys.exit(fast_rank(argv[1:]))
+    if argv[:1] == ["hook"] and argv[1:] in (["prompt"], ["stop"]):
+        from cairn_cli import hook_entry
+
+        sys.exit(hook_entry.run_prompt() if argv[1] == "prompt" else hook_entry.run_stop())
     sys.exit(_typer(argv))
 
 

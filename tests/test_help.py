@@ -5,14 +5,14 @@ import sys
 
 import pytest
 
-from cairn_cli.cli import COMMANDS, app, daemon_app, memory_app
+from cairn_cli.cli import COMMANDS, app, daemon_app, hook_app, memory_app
 from tests.conftest import ROOT
 
-GROUPS = {id(app): "", id(memory_app): "memory ", id(daemon_app): "daemon "}
+GROUPS = {id(app): "", id(memory_app): "memory ", id(daemon_app): "daemon ", id(hook_app): "hook "}
 ALL = [f"{GROUPS[id(parent)]}{name}" for parent, name, _ in COMMANDS]
 
 
-@pytest.mark.parametrize("command", ["", "memory", "daemon"] + ALL)
+@pytest.mark.parametrize("command", ["", "memory", "daemon", "hook"] + ALL)
 def test_every_help_works(cli, command):
     result = cli(*command.split(), "--help")
     assert result.exit_code == 0, result.output

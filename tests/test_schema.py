@@ -17,7 +17,7 @@ EPHEMERAL_SCHEMA = {
     "memory_deliveries": ["id", "session_id", "turn", "memory_id", "context_window", "context_key", "rank",
                           "final_score", "score_components", "reranker_model", "ranker", "layer", "scope",
                           "delivered_at", "grade", "hard_negative", "graded_at", "engaged", "engaged_score",
-                          "engaged_method", "arm"],
+                          "engaged_method", "arm", "engaged_lexical", "engaged_semantic", "engaged_at"],
     "hook_state": ["id", "session_id", "turn", "arm", "transcript_path", "is_subagent", "agent_id", "context_key",
                    "data", "created_at"],
 }

@@ -48,6 +48,8 @@ class DeliveryView:
     engaged: bool | None = None
     engaged_score: float | None = None
     engaged_method: str | None = None
+    engaged_lexical: float | None = None
+    engaged_semantic: float | None = None
     arm: str | None = None
 
 
@@ -88,7 +90,7 @@ def _view(row) -> DeliveryView:
                         score_components=row.score_components, grade=row.grade, hard_negative=row.hard_negative,
                         graded_at=row.graded_at.isoformat(timespec="microseconds") if row.graded_at else None,
                         engaged=row.engaged, engaged_score=row.engaged_score, engaged_method=row.engaged_method,
-                        arm=row.arm)
+                        engaged_lexical=row.engaged_lexical, engaged_semantic=row.engaged_semantic, arm=row.arm)
 
 
 def list_deliveries(settings: Settings, *, session_id: str | None = None, turn: int | None = None,

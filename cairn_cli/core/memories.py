@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 import orjson
 
@@ -111,11 +111,38 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
 
 
-def add_memories(entries: list[MemoryInput], settings: Settings, *,
-                 progress: Callable[[int], None] | None = None) -> list[AddResult]:
-    """Add or merge each entry, all in one transaction; new memories are embedded in one batch."""
+Embedder = Callable[[list[str]], "tuple[str, Sequence[Sequence[float]]] | None"]
+
+
+def local_embedder(settings: Settings) -> Embedder:
+    """The configured model loaded in this process: (model name, vectors)."""
+    def embed(texts: list[str]):
+        from cairn_cli.ml.models import get_encoder
+
+        encoder = get_encoder(settings.EMBED_MODEL, settings.EMBED_DTYPE)
+        return encoder.name, encoder.encode(texts)
+
+    return embed
+
+
+def store_embeddings(ids: list[int], vectors, model: str) -> None:
+    """Write embeddings (float32 blobs) and their model's name; updated_at is untouched (the content is not)."""
+    from array import array
+
     from cairn_cli.db.tables import Memory, memory_proxy
-    from cairn_cli.ml.models import get_encoder, to_blob
+
+    with memory_proxy.atomic():
+        for memory_id, vec in zip(ids, vectors):
+            blob = vec.astype("float32").tobytes() if hasattr(vec, "astype") else array("f", vec).tobytes()
+            Memory.update(embedding=blob, embedding_model=model).where(Memory.id == memory_id).execute()
+
+
+def add_memories(entries: list[MemoryInput], settings: Settings, *,
+                 progress: Callable[[int], None] | None = None, embed: Embedder | None = None) -> list[AddResult]:
+    """Add or merge each entry, all in one transaction; new memories are embedded in one batch by `embed`
+    (default: the configured model in this process). When `embed` answers None the memories are stored
+    without an embedding and the daemon embeds them when it next refreshes its table."""
+    from cairn_cli.db.tables import Memory, memory_proxy
 
     open_stores(settings)
     results: list[AddResult] = []
@@ -144,10 +171,9 @@ def add_memories(entries: list[MemoryInput], settings: Settings, *,
             if progress:
                 progress(1)
         if fresh:
-            encoder = get_encoder(settings.EMBED_MODEL, settings.EMBED_DTYPE)
-            vecs = encoder.encode([embedding_text(m.content, m.keywords) for m in fresh], progress=progress is not None)
-            for mem, vec in zip(fresh, vecs):
-                Memory.update(embedding=to_blob(vec), embedding_model=encoder.name).where(Memory.id == mem.id).execute()
+            got = (embed or local_embedder(settings))([embedding_text(m.content, m.keywords) for m in fresh])
+            if got is not None:
+                store_embeddings([m.id for m in fresh], got[1], got[0])
     return results
 
 
@@ -265,8 +291,8 @@ def record_evidence(memory_ids: Iterable[int], settings: Settings, *, corroborat
 
 def embed_missing(settings: Settings, *, progress: Callable[[int], None] | None = None) -> int:
     """(Re)embed live memories that lack an embedding from the configured model. Returns how many."""
-    from cairn_cli.db.tables import Memory, memory_proxy
-    from cairn_cli.ml.models import get_encoder, to_blob
+    from cairn_cli.db.tables import Memory
+    from cairn_cli.ml.models import get_encoder
 
     open_stores(settings)
     encoder = get_encoder(settings.EMBED_MODEL, settings.EMBED_DTYPE)
@@ -274,10 +300,8 @@ def embed_missing(settings: Settings, *, progress: Callable[[int], None] | None 
                                        ((Memory.embedding_model != encoder.name) | Memory.embedding_model.is_null())))
     for start in range(0, len(stale), 256):
         batch = stale[start:start + 256]
-        vecs = encoder.encode([embedding_text(m.content, m.keywords) for m in batch])
-        with memory_proxy.atomic():
-            for mem, vec in zip(batch, vecs):
-                Memory.update(embedding=to_blob(vec), embedding_model=encoder.name).where(Memory.id == mem.id).execute()
+        store_embeddings([m.id for m in batch], encoder.encode([embedding_text(m.content, m.keywords) for m in batch]),
+                         encoder.name)
         if progress:
             progress(len(batch))
     return len(stale)

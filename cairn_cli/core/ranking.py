@@ -23,10 +23,11 @@ from cairn_cli.config import Settings
 from cairn_cli.core import deliveries
 from cairn_cli.core.context import ContextWindow, build_context_window
 from cairn_cli.core.injection import format_block
+from cairn_cli.core.memories import embedding_text
 from cairn_cli.core.prefilter import is_self_referential_meta
 from cairn_cli.core.scoring import GLOBAL_SCOPE, Candidate, Scored, ScoringTable
 from cairn_cli.core.store import open_stores
-from cairn_cli.errors import DeadlineExceeded, InvalidInput
+from cairn_cli.errors import DeadlineExceeded, InvalidInput, NotFound
 
 NO_RERANKER = "none"
 
@@ -51,6 +52,9 @@ class RankRequest:
     turn: int | None = None
     log: bool = True
     commit_deadline: float | None = None  # epoch seconds: past it, log nothing (the caller has fallen back)
+    hook: dict | None = None  # set by `cairn hook prompt`: recorded in hook_state; a bad transcript is a note
+    strict_scope: bool = True  # False: an unknown scope ranks the global memories (a new project) instead of failing
+    with_rules: bool = False  # prepend the live generation rules to the block (what the hook prints)
 
 
 @dataclass
@@ -81,13 +85,21 @@ class RankResult:
     delivery_ids: list[int] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     timings_ms: dict = field(default_factory=dict)
+    rules: str = ""
+    generation_version: str | None = None
+
+    @property
+    def injection(self) -> str:
+        """What the prompt hook prints: the rules, then the memories (bounded by INJECTION_MAX_CHARS together)."""
+        return "\n".join(part for part in (self.rules, self.block) if part)
 
     def as_dict(self) -> dict:
         return {"session_id": self.session_id, "turn": self.turn, "context_key": self.context.key,
                 "context_window": self.context.text, "reranker_model": self.reranker_model,
                 "embed_model": self.embed_model, "ranker": self.ranker, "candidates": self.candidates,
                 "dropped": self.dropped, "delivery_ids": self.delivery_ids, "notes": self.notes, "timings_ms": self.timings_ms,
-                "block": self.block, "memories": [vars(i) for i in self.items]}
+                "block": self.block, "rules": self.rules, "injection": self.injection,
+                "generation_version": self.generation_version, "memories": [vars(i) for i in self.items]}
 
 
 def known_scopes(settings: Settings) -> list[str]:
@@ -191,6 +203,7 @@ class RankEngine:
     def _apply(self, entry: _Table, rows, settings: Settings) -> None:
         import numpy as np
 
+        unembedded: list[Candidate] = []
         for cand, blob, superseded, updated in rows:
             entry.since = updated if entry.since is None or updated > entry.since else entry.since
             entry.table.remove(cand.id)
@@ -200,7 +213,23 @@ class RankEngine:
             if settings.RELEVANCE_PREFILTER_ENABLED and is_self_referential_meta(cand.content, cand.kind):
                 entry.meta_scopes[cand.id] = cand.scope
                 continue
+            if blob is None and self.encoder is not None:
+                unembedded.append(cand)  # e.g. written by a Stop hook while no embedder answered
+                continue
             entry.table.upsert(cand, np.frombuffer(blob, dtype=np.float32) if blob is not None else None)
+        for cand, vec in zip(unembedded, self._embed_and_store(unembedded)):
+            cand.has_embedding = True
+            entry.table.upsert(cand, vec)
+
+    def _embed_and_store(self, cands: list[Candidate]):
+        """Embed memories that have no usable embedding and store it (updated_at untouched: not a new version)."""
+        from cairn_cli.core.memories import store_embeddings
+
+        if not cands:
+            return []
+        vecs = self.encoder.encode([embedding_text(c.content, c.keywords) for c in cands])
+        store_embeddings([c.id for c in cands], vecs, self.encoder.name)
+        return vecs
 
     def embed(self, texts: list[str]):
         return self.encoder.encode(texts)
@@ -268,14 +297,26 @@ def rank(request: RankRequest, settings: Settings, engine: RankEngine) -> RankRe
         raise InvalidInput(f"-k must be at least 1 (got {k})", "pass -k 5")
     if not request.session_id or not request.session_id.strip():
         raise InvalidInput("the session id is empty", "pass --session NAME")
-    context = build_context_window(request.prompt, request.transcript, max_turns=settings.CONTEXT_MAX_TURNS,
-                                   max_chars=settings.CONTEXT_MAX_CHARS)
+    notes: list[str] = []
+    try:
+        context = build_context_window(request.prompt, request.transcript, max_turns=settings.CONTEXT_MAX_TURNS,
+                                       max_chars=settings.CONTEXT_MAX_CHARS)
+    except NotFound as exc:
+        if request.hook is None:
+            raise
+        context = build_context_window(request.prompt, None, max_turns=settings.CONTEXT_MAX_TURNS,
+                                       max_chars=settings.CONTEXT_MAX_CHARS)
+        notes.append(f"transcript ignored: {exc.message}")
     clock.lap("context")
     entry = engine.table(settings)
     clock.lap("table")
-    if request.scope and request.scope not in entry.scopes:
-        raise InvalidInput(f"unknown scope {request.scope!r} (known: {', '.join(entry.scopes)})",
-                           "pass one of the known scopes or add memories with --scope first")
+    scope = request.scope
+    if scope and scope not in entry.scopes:
+        if request.strict_scope:
+            raise InvalidInput(f"unknown scope {scope!r} (known: {', '.join(entry.scopes)})",
+                               "pass one of the known scopes or add memories with --scope first")
+        notes.append(f"scope {scope!r} has no memories yet: global memories only")
+        scope = GLOBAL_SCOPE
     sims = None
     if engine.encoder is not None and len(entry.table):
         query_vec = engine.embed([context.text])[0]
@@ -283,9 +324,9 @@ def rank(request: RankRequest, settings: Settings, engine: RankEngine) -> RankRe
         sims = entry.table.similarities(query_vec)
     reranker = engine.reranker
     pool = max(k, settings.RERANK_CANDIDATES) if reranker else k
-    scored = entry.table.score(context.text, sims, scope=request.scope, weights=settings.weights(),
+    scored = entry.table.score(context.text, sims, scope=scope, weights=settings.weights(),
                                half_life_days=settings.RECENCY_HALF_LIFE_DAYS, top=pool)
-    dropped = {"prefilter": entry.prefiltered(request.scope), "min_score": 0, "floor": 0}
+    dropped = {"prefilter": entry.prefiltered(scope), "min_score": 0, "floor": 0}
     positive = [s for s in scored if s.score > 0 and s.score >= settings.RANK_MIN_SCORE]
     dropped["min_score"] = len(scored) - len(positive)
     for s in positive:
@@ -296,8 +337,9 @@ def rank(request: RankRequest, settings: Settings, engine: RankEngine) -> RankRe
         positive, dropped["floor"] = rerank_stage(positive[:settings.RERANK_CANDIDATES], context.text, reranker,
                                                   settings.RERANK_BLEND)
         clock.lap("rerank")
-    in_scope = int(entry.table.in_scope(request.scope).sum()) if len(entry.table) else 0
-    result = _deliver(request, settings, context, positive[:k], dropped, in_scope + dropped["prefilter"], engine)
+    in_scope = int(entry.table.in_scope(scope).sum()) if len(entry.table) else 0
+    result = _deliver(request, settings, context, positive[:k], dropped, in_scope + dropped["prefilter"], engine,
+                      scope=scope, notes=notes)
     clock.lap("log")
     result.timings_ms = clock.laps
     return result
@@ -317,8 +359,17 @@ class _Clock:
 
 
 def _deliver(request: RankRequest, settings: Settings, context: ContextWindow, chosen: list[Scored], dropped: dict,
-             total: int, engine: RankEngine) -> RankResult:
+             total: int, engine: RankEngine, *, scope: str | None, notes: list[str]) -> RankResult:
+    from cairn_cli.core import hookstate, rules as generation_rules
+    from cairn_cli.db.tables import ephemeral_proxy
+
     turn = request.turn if request.turn is not None else deliveries.next_turn(request.session_id, settings)
+    rules_text, version = "", None
+    if request.with_rules or request.hook is not None:
+        live = generation_rules.live(settings)
+        version = live.version
+        if request.with_rules:
+            rules_text = generation_rules.render(live, request.scope or GLOBAL_SCOPE)
     embed_model = engine.encoder.name if engine.encoder else None
     items = []
     for position, s in enumerate(chosen, start=1):
@@ -328,22 +379,30 @@ def _deliver(request: RankRequest, settings: Settings, context: ContextWindow, c
         items.append(RankedMemory(id=c.id, content=c.content, kind=c.kind, scope=c.scope, confidence=c.confidence,
                                   source_ref=c.source_ref, rank=position, score=round(s.score, 6),
                                   components=s.components))
+    budget = settings.INJECTION_MAX_CHARS - (len(rules_text) + 1 if rules_text else 0)
     block = format_block([vars(i) for i in items], session=request.session_id, turn=turn, context_key=context.key,
-                         max_chars=settings.INJECTION_MAX_CHARS)
+                         max_chars=budget)
     items = items[:block.count("<memory ")]
     reranker_model = engine.reranker.name if engine.reranker else NO_RERANKER
     result = RankResult(session_id=request.session_id, turn=turn, context=context, items=items, block=block,
                         reranker_model=reranker_model, ranker=engine.ranker, embed_model=embed_model,
-                        candidates=total, dropped=dropped, notes=list(engine.notes) + context.notes)
+                        candidates=total, dropped=dropped, notes=list(engine.notes) + context.notes + notes,
+                        rules=rules_text, generation_version=version)
     if request.commit_deadline is not None and time.time() > request.commit_deadline:
         raise DeadlineExceeded("the caller stopped waiting before the deliveries were logged",
                                "raise CAIRN_DAEMON_TIMEOUT_MS")
-    if request.log and items:
-        result.delivery_ids = deliveries.record([
-            deliveries.DeliveryInput(session_id=request.session_id, turn=turn, memory_id=i.id,
-                                     context_window=context.text, context_key=context.key, rank=i.rank,
-                                     final_score=i.score, score_components=i.components,
-                                     reranker_model=reranker_model, ranker=engine.ranker, layer=request.layer,
-                                     scope=request.scope or GLOBAL_SCOPE)
-            for i in items], settings)
+    with ephemeral_proxy.atomic():
+        if request.log and items:
+            result.delivery_ids = deliveries.record([
+                deliveries.DeliveryInput(session_id=request.session_id, turn=turn, memory_id=i.id,
+                                         context_window=context.text, context_key=context.key, rank=i.rank,
+                                         final_score=i.score, score_components=i.components,
+                                         reranker_model=reranker_model, ranker=engine.ranker, layer=request.layer,
+                                         scope=scope or GLOBAL_SCOPE, arm=(request.hook or {}).get("arm"))
+                for i in items], settings)
+        if request.hook is not None:
+            hookstate.record_turn(request.session_id, turn, context_key=context.key,
+                                  hook={**request.hook, "prompt": context.prompt, "scope": request.scope,
+                                        "generation_version": version, "source_ref": version,
+                                        "delivered": [i.id for i in items]})
     return result

@@ -68,3 +68,26 @@ def _in_process(fields: dict, overrides: dict, *, fallback: str | None) -> dict:
     engine = (RankEngine.lexical_fallback(fallback, settings.FALLBACK_MAX_CANDIDATES) if fallback
               else RankEngine.in_process(settings))
     return run_rank(RankRequest(**fields), settings, engine).as_dict()
+
+
+def embed_with_model(texts: list[str]) -> tuple[str, list[list[float]]] | None:
+    """(model name, unit vectors) for `texts` from the daemon's warm embedder (CAIRN_DAEMON=auto), or from this
+    process's model (off). None when the daemon does not answer: callers degrade (semantic engagement skipped, a
+    new memory waits for the daemon to embed it) instead of loading torch on a hook's path."""
+    if config.get("DAEMON") == "off":
+        from cairn_cli.ml.models import get_encoder
+
+        encoder = get_encoder(config.get("EMBED_MODEL"), config.get("EMBED_DTYPE"))
+        return encoder.name, encoder.encode(texts).tolist() if texts else []
+    try:
+        answer = client.request("embed", {"texts": texts, "env": client.client_environ()},
+                                timeout_ms=max(2000, config.get("DAEMON_TIMEOUT_MS")))
+    except (client.Unavailable, client.RemoteError):
+        return None
+    return answer["model"], answer["vectors"]
+
+
+def embed(texts: list[str]) -> list[list[float]] | None:
+    """Vectors only (engagement's semantic test); None when no embedder answers."""
+    got = embed_with_model(texts)
+    return None if got is None else got[1]

@@ -96,6 +96,19 @@ def _memories_updated_at_index(db: peewee.Database) -> None:
     db.execute_sql("CREATE INDEX IF NOT EXISTS memories_updated_at ON memories (updated_at)")
 
 
+def _deliveries_engagement_detail(db: peewee.Database) -> None:
+    # both raw engagement measurements (the decision's method picks one), so thresholds can be calibrated later
+    from playhouse.migrate import SchemaMigrator, migrate
+
+    migrator = SchemaMigrator.from_database(db)
+    migrate(
+        migrator.add_column("memory_deliveries", "engaged_lexical", peewee.FloatField(null=True)),
+        migrator.add_column("memory_deliveries", "engaged_semantic", peewee.FloatField(null=True)),
+        migrator.add_column("memory_deliveries", "engaged_at", peewee.DateTimeField(null=True)),
+    )
+    db.execute_sql("CREATE INDEX IF NOT EXISTS memory_deliveries_session_turn ON memory_deliveries (session_id, turn)")
+
+
 MEMORY_MIGRATIONS: list[Migration] = [
     ("0001_memories", _memories_v1),
     ("0002_machine_state", _machine_state_v1),
@@ -104,6 +117,7 @@ MEMORY_MIGRATIONS: list[Migration] = [
 EPHEMERAL_MIGRATIONS: list[Migration] = [
     ("0001_memory_deliveries", _deliveries_v1),
     ("0002_hook_state", _hook_state_v1),
+    ("0003_deliveries_engagement_detail", _deliveries_engagement_detail),
 ]
 
 

@@ -81,6 +81,9 @@ class MemoryDelivery(_EphemeralBase):
     engaged = peewee.BooleanField(null=True)
     engaged_score = peewee.FloatField(null=True)
     engaged_method = peewee.CharField(max_length=40, null=True)
+    engaged_lexical = peewee.FloatField(null=True)
+    engaged_semantic = peewee.FloatField(null=True)
+    engaged_at = peewee.DateTimeField(null=True)
     arm = peewee.CharField(max_length=10, null=True)
 
     class Meta:

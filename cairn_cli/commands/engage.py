@@ -1,0 +1,64 @@
+"""`cairn engage`: decide which of a turn's delivered memories the response actually used."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from cairn_cli import output
+from cairn_cli.commands._common import settings
+from cairn_cli.hotpath import read_text_arg
+
+
+def engage(
+    response: Annotated[Optional[str], typer.Argument(
+        help="The response text; '-' or omitted reads stdin.")] = None,
+    session: Annotated[str, typer.Option(help="The session whose deliveries are judged.")] = ...,
+    turn: Annotated[Optional[int], typer.Option(min=0, help="The turn (default: the session's latest delivered turn).")] = None,
+    file: Annotated[Optional[Path], typer.Option("--file", help="Read the response from this file.")] = None,
+    transcript: Annotated[Optional[Path], typer.Option(
+        help="Read the response from a Claude Code transcript (the assistant text of its last turn).")] = None,
+    prompt: Annotated[Optional[str], typer.Option(
+        help="The user's prompt, whose terms do not count as use (default: the one the prompt hook recorded).")] = None,
+    json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Mark each delivery of the turn engaged or not: distinctive-term overlap (lexical), else memory/response
+    cosine via the daemon's embedder (semantic second chance); the method is recorded on every row.
+
+    Example: cairn engage --session s1 --turn 3 --file response.txt
+    """
+    from cairn_cli.core.engagement import apply_engagement
+    from cairn_cli.daemon import dispatch
+    from cairn_cli.errors import InvalidInput, NotFound
+
+    if file is not None and transcript is not None:
+        raise InvalidInput("--file and --transcript both given", "pass one source of the response")
+    if transcript is not None:
+        from cairn_cli.core.transcript import read_transcript
+
+        if not transcript.is_file():
+            raise NotFound(f"no such transcript: {transcript}", "pass the session's .jsonl path")
+        turns = read_transcript(transcript).turns()
+        text = "\n".join(m.text for m in turns[-1].responses if m.text) if turns else ""
+    elif file is not None:
+        if not file.is_file():
+            raise NotFound(f"no such file: {file}", "pass the path of the response text")
+        text = file.read_bytes().decode("utf-8", errors="replace")
+    else:
+        text = read_text_arg(response, "response", "pass the response text, --file PATH, or pipe it on stdin")
+    if not text.strip():
+        raise InvalidInput("the response is empty", "pass the response text the memories were delivered for")
+    report = apply_engagement(session, text, settings(), turn=turn, prompt=prompt, embed=dispatch.embed)
+    if json:
+        output.json_out(report.as_dict())
+        return
+    output.text_out(f"session {report.session_id} turn {report.turn}: "
+                    f"{sum(d.engaged for d in report.decisions)}/{len(report.decisions)} engaged")
+    for d in report.decisions:
+        semantic = "" if d.semantic is None else f" cosine {d.semantic:.2f}"
+        output.text_out(f"  memory {d.memory_id}: {'engaged' if d.engaged else 'not engaged'} ({d.method} "
+                        f"{d.score:.3f}; overlap {d.lexical:.3f}{semantic})")
+    for note in report.notes:
+        output.message(note)

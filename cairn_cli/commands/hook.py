@@ -1,0 +1,77 @@
+"""`cairn hook prompt|stop` (what Claude Code runs; entry.py runs them without Typer on the hot path) and
+`cairn hook install|uninstall` (cairn's hooks in Claude Code's settings.json)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from cairn_cli import output
+
+Where = Annotated[bool, typer.Option(
+    "--project/--user", help="Edit ./.claude/settings.json (default) or ~/.claude/settings.json.")]
+DryRun = Annotated[bool, typer.Option("--dry-run", help="Print the unified diff on stdout and write nothing.")]
+Json = Annotated[bool, typer.Option("--json", help="Print {path, changed, dry_run, diff} as JSON on stdout.")]
+
+
+def _run(*, remove: bool, project: bool, dry_run: bool, json: bool, command: str | None = None) -> None:
+    from cairn_cli.core import claude_settings as cs
+
+    plan = cs.plan_install("project" if project else "user", command or cs.default_command(),
+                           cwd=Path.cwd(), home=Path.home(), remove=remove)
+    if not dry_run:
+        cs.apply(plan)
+    if json:
+        output.json_out({"path": str(plan.path), "changed": plan.changed, "dry_run": dry_run, "diff": plan.diff})
+    elif dry_run:
+        output.text_out(plan.diff)
+    if not plan.changed:
+        output.message(f"{plan.path} is already up to date")
+    elif not dry_run:
+        output.message(f"{'removed cairn hooks from' if remove else 'installed cairn hooks in'} {plan.path}")
+
+
+def install(
+    project: Where = True,
+    dry_run: DryRun = False,
+    command: Annotated[Optional[str], typer.Option(
+        "--command", help="The cairn executable written into the hooks (default: the running cairn).")] = None,
+    json: Json = False,
+) -> None:
+    """Install cairn's UserPromptSubmit and Stop hooks into Claude Code's settings.json, keeping everything else.
+
+    Example: cairn hook install --user --dry-run
+    """
+    _run(remove=False, project=project, dry_run=dry_run, json=json, command=command)
+
+
+def uninstall(project: Where = True, dry_run: DryRun = False, json: Json = False) -> None:
+    """Remove cairn's hooks from Claude Code's settings.json, keeping everyone else's.
+
+    Example: cairn hook uninstall --project
+    """
+    _run(remove=True, project=project, dry_run=dry_run, json=json)
+
+
+def prompt() -> None:
+    """UserPromptSubmit hook: reads Claude Code's JSON on stdin, prints the rules and memories to inject.
+
+    Never fails the prompt: errors go to $CAIRN_HOME/logs/hook.log and the exit code is 0.
+    Example: echo '{"session_id": "s1", "prompt": "why do the tests fail?", "cwd": "/src/webshop"}' | cairn hook prompt
+    """
+    from cairn_cli.hook_entry import run_prompt
+
+    raise typer.Exit(run_prompt())
+
+
+def stop() -> None:
+    """Stop hook: applies the response's [cm] block (memories, grades, cu / -!) and engagement; prints nothing.
+
+    Never fails the session: errors go to $CAIRN_HOME/logs/hook.log and the exit code is 0.
+    Example: echo '{"session_id": "s1", "last_assistant_message": "... [cm]{}[/cm]"}' | cairn hook stop
+    """
+    from cairn_cli.hook_entry import run_stop
+
+    raise typer.Exit(run_stop())

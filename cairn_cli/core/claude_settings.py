@@ -1,0 +1,208 @@
+"""cairn's hooks in Claude Code's settings.json: merge them in, take them out, never touch anything else.
+
+Stdlib only. Pure functions on dicts plus a small plan / apply pair that reads and atomically writes the file.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import json
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from cairn_cli.errors import InvalidInput
+
+#: event -> (subcommand, timeout in seconds). UserPromptSubmit and Stop take no matcher.
+HOOKS: dict[str, tuple[str, int]] = {"UserPromptSubmit": ("prompt", 10), "Stop": ("stop", 30)}
+WHERE = ("project", "user")
+_FIX = "fix the file by hand, then run the command again"
+
+
+def hook_entries(command: str) -> dict:
+    """cairn's hooks in settings.json's `hooks` format, for the executable `command`."""
+    return {event: [{"hooks": [{"type": "command", "command": f"{command} hook {sub}", "timeout": timeout}]}]
+            for event, (sub, timeout) in HOOKS.items()}
+
+
+def is_cairn_hook(hook: object) -> bool:
+    """A hook cairn installed: `... hook prompt|stop` run by a `cairn` executable or by `python -m cairn_cli`."""
+    if not isinstance(hook, dict) or not isinstance(cmd := hook.get("command"), str):
+        return False
+    if not cmd.rstrip().endswith((" hook prompt", " hook stop")):
+        return False
+    try:
+        first = shlex.split(cmd)[0]
+    except (ValueError, IndexError):
+        first = cmd.split()[0]
+    return Path(first).name == "cairn" or "cairn_cli" in cmd
+
+
+def _groups(hooks: dict, event: str) -> list:
+    groups = hooks.get(event, [])
+    if not isinstance(groups, list):
+        raise InvalidInput(f'"hooks.{event}" is not a JSON array', _FIX)
+    return groups
+
+
+def _hooks_of(settings: dict) -> dict:
+    hooks = settings.get("hooks", {})
+    if not isinstance(hooks, dict):
+        raise InvalidInput('"hooks" is not a JSON object', _FIX)
+    return hooks
+
+
+def _is_group(group: object) -> bool:
+    return isinstance(group, dict) and isinstance(group.get("hooks"), list)
+
+
+def merge(settings: dict, command: str) -> dict:
+    """A copy of `settings` with cairn's hooks in it. Idempotent; a stale cairn entry is replaced in place."""
+    out = copy.deepcopy(settings)
+    hooks = _hooks_of(out)
+    for event, [wanted_group] in hook_entries(command).items():
+        wanted = wanted_group["hooks"][0]
+        placed, groups = False, []
+        for group in _groups(hooks, event):
+            if not _is_group(group) or not any(is_cairn_hook(h) for h in group["hooks"]):
+                groups.append(group)
+                continue
+            kept = []
+            for hook in group["hooks"]:
+                if not is_cairn_hook(hook):
+                    kept.append(hook)
+                elif not placed:  # the first cairn entry becomes the wanted one; any others are duplicates
+                    kept.append(dict(wanted))
+                    placed = True
+            if kept:
+                groups.append({**group, "hooks": kept})
+        if not placed:
+            groups.append(copy.deepcopy(wanted_group))
+        hooks[event] = groups
+    out["hooks"] = hooks
+    return out
+
+
+def unmerge(settings: dict) -> dict:
+    """A copy of `settings` without cairn's hooks; groups, events and `hooks` that this empties are dropped."""
+    out = copy.deepcopy(settings)
+    if "hooks" not in out:
+        return out
+    hooks = _hooks_of(out)
+    for event, groups in list(hooks.items()):
+        if not isinstance(groups, list) or not any(_is_group(g) and any(map(is_cairn_hook, g["hooks"]))
+                                                   for g in groups):
+            continue
+        kept_groups = []
+        for group in groups:
+            if _is_group(group) and any(map(is_cairn_hook, group["hooks"])):
+                group = {**group, "hooks": [h for h in group["hooks"] if not is_cairn_hook(h)]}
+                if not group["hooks"]:
+                    continue
+            kept_groups.append(group)
+        if kept_groups:
+            hooks[event] = kept_groups
+        else:
+            del hooks[event]
+    if not hooks and settings["hooks"]:
+        del out["hooks"]
+    return out
+
+
+def settings_path(where: str, cwd: Path, home: Path) -> Path:
+    """`project` -> cwd/.claude/settings.json, `user` -> home/.claude/settings.json."""
+    if where not in WHERE:
+        raise InvalidInput(f"unknown settings location {where!r}", "use 'project' or 'user'")
+    return (cwd if where == "project" else home) / ".claude" / "settings.json"
+
+
+def load(path: Path) -> dict:
+    """The settings in `path`; {} when it is missing or empty. Never guesses at a file it cannot parse."""
+    path = Path(path)
+    if not path.exists():
+        return {}
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = json.loads(text) if text.strip() else {}
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidInput(f"{path} is not valid JSON: {exc}", f"{_FIX}; cairn will not overwrite it") from None
+    if not isinstance(data, dict):
+        raise InvalidInput(f"{path} is not a JSON object", f"{_FIX}; cairn will not overwrite it")
+    return data
+
+
+def render(settings: dict) -> str:
+    """settings.json text: indent 2, key order preserved, trailing newline."""
+    return json.dumps(settings, indent=2, ensure_ascii=False) + "\n"
+
+
+def diff(old_text: str, new_text: str, path: Path | str) -> str:
+    """A unified diff between two versions of the file at `path` ('' when they are equal)."""
+    lines = difflib.unified_diff(old_text.splitlines(keepends=True), new_text.splitlines(keepends=True),
+                                 fromfile=str(path), tofile=str(path))
+    return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` via a temp file in the same directory and os.replace; keeps an existing file's mode.
+
+    A symlinked settings.json (dotfiles) is written through to its target, so the link survives.
+    """
+    path = Path(os.path.realpath(path))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@dataclass
+class InstallPlan:
+    path: Path
+    before: str
+    after: str
+    changed: bool
+    diff: str
+
+
+def plan_install(where: str, command: str, cwd: Path, home: Path, remove: bool = False) -> InstallPlan:
+    """What installing (or, with remove, uninstalling) cairn's hooks would do to the settings file."""
+    path = settings_path(where, cwd, home)
+    settings = load(path)
+    before = path.read_text(encoding="utf-8") if path.exists() else ""
+    try:
+        new = unmerge(settings) if remove else merge(settings, command)
+    except InvalidInput as exc:
+        raise InvalidInput(f"{path}: {exc.message}", exc.hint) from None
+    changed = new != settings
+    after = render(new) if changed else before
+    return InstallPlan(path, before, after, changed, diff(before, after, path))
+
+
+def apply(plan: InstallPlan) -> None:
+    """Write the plan's new text, atomically; a plan with no change writes nothing."""
+    if plan.changed:
+        write_atomic(plan.path, plan.after)
+
+
+def default_command() -> str:
+    """The running cairn: the `cairn` next to this interpreter, else `cairn` on PATH, else `python -m cairn_cli`."""
+    sibling = Path(sys.executable).parent / "cairn"
+    if sibling.is_file() and os.access(sibling, os.X_OK):
+        return shlex.quote(str(sibling.absolute()))
+    if found := shutil.which("cairn"):
+        return shlex.quote(os.path.abspath(found))
+    return f"{shlex.quote(sys.executable)} -m cairn_cli"

@@ -1,0 +1,206 @@
+"""Behavioural engagement: did the response actually USE a delivered memory? (the primary, non-circular label)
+
+Lexical test: the memory's distinctive terms (stemmed, not stop words, not generic coding chatter), minus the
+terms already in the user's prompt (echoing the user is not use); the share of them that the response contains
+is `engaged_score`, engaged at ENGAGEMENT_LEXICAL_MIN. On real text the ratio runs small (a response paraphrases),
+so the default comes from the LoCoMo benchmark (scripts/bench_engagement.py, bench/engagement.md), not taste.
+
+Semantic second chance: when the lexical test fails, the cosine between the memory and the best-matching chunk
+of the response (the daemon's embedder); engaged at ENGAGEMENT_SEMANTIC_MIN. The row's `engaged_method` says
+which test decided it, because the two scores live on different scales and must never be pooled into one rate:
+`semantic` rows are exactly the ones the second chance rescued (score = cosine); every other decided row is
+`lexical` (score = the overlap ratio). Both raw measurements are kept (`engaged_lexical`, `engaged_semantic`) so
+that thresholds can be calibrated against grades later.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from cairn_cli.config import Settings
+from cairn_cli.core.text import STOP_WORDS, stem, term_set
+
+LEXICAL, SEMANTIC = "lexical", "semantic"
+
+# Words a coding agent's response contains whatever it is about: sharing them is not evidence of use.
+GENERIC_WORDS = frozenset("""
+add added adding also answer approach available back better call called case change changed changes check code
+command commands content current default different done error example fix fixed following good help here issue
+just keep know like line lines look looks make makes name new next note now number option output part point
+problem question read result right run running see set should show simple start step sure thing things think
+time try true false update used value values want way work works write
+""".split())
+_GENERIC_STEMS = frozenset(stem(w) for w in GENERIC_WORDS) | frozenset(stem(w) for w in STOP_WORDS)
+
+Embed = Callable[[list[str]], "Sequence[Sequence[float]] | None"]
+
+
+def distinctive_terms(content: str, keywords: Sequence[str] = ()) -> set[str]:
+    """Stemmed content terms of a memory (its keywords included), generic and stop words dropped."""
+    return {t for t in term_set(" ".join([content, *keywords])) if t not in _GENERIC_STEMS}
+
+
+def lexical_overlap(memory_terms: set[str], response_terms: set[str], prompt_terms: set[str]) -> tuple[float, list[str]]:
+    """(share of the memory's distinctive, non-prompt terms that the response uses, the terms used)."""
+    candidates = memory_terms - prompt_terms
+    if not candidates:
+        return 0.0, []
+    used = sorted(candidates & response_terms)
+    return len(used) / len(candidates), used
+
+
+_PARAGRAPH = re.compile(r"\n\s*\n")
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n")
+
+
+def chunks(text: str, size: int) -> list[str]:
+    """The response cut into chunks of at most `size` characters: sentences and lines joined within a paragraph,
+    never across one (a paragraph is a unit of meaning); an over-long sentence is cut."""
+    out: list[str] = []
+    for paragraph in _PARAGRAPH.split(text or ""):
+        current = ""
+        for piece in (p.strip() for p in _SENTENCE.split(paragraph)):
+            if not piece:
+                continue
+            if current and len(current) + 1 + len(piece) > size:
+                out.append(current)
+                current = ""
+            while len(piece) > size:
+                out.append(piece[:size])
+                piece = piece[size:]
+            current = f"{current} {piece}".strip()
+        if current:
+            out.append(current)
+    return out
+
+
+def _cos(a: Sequence[float], b: Sequence[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b))
+    na = sum(x * x for x in a) ** 0.5
+    nb = sum(y * y for y in b) ** 0.5
+    return dot / (na * nb) if na and nb else 0.0
+
+
+@dataclass
+class MemoryText:
+    memory_id: int
+    content: str
+    keywords: list[str] = field(default_factory=list)
+    delivery_id: int | None = None
+
+
+@dataclass
+class Decision:
+    memory_id: int
+    delivery_id: int | None
+    engaged: bool
+    score: float
+    method: str
+    lexical: float
+    semantic: float | None
+    terms_used: list[str] = field(default_factory=list)
+
+
+def decide(memories: list[MemoryText], response: str, prompt: str, *, lexical_min: float, semantic_min: float,
+           chunk_chars: int, embed: Embed | None = None) -> tuple[list[Decision], list[str]]:
+    """Decide engagement for each memory. `embed` (texts -> unit or raw vectors, or None when no embedder
+    answers) enables the semantic second chance. Returns the decisions and notes."""
+    notes: list[str] = []
+    response_terms, prompt_terms = term_set(response), term_set(prompt or "")
+    decisions = []
+    for m in memories:
+        ratio, used = lexical_overlap(distinctive_terms(m.content, m.keywords), response_terms, prompt_terms)
+        decisions.append(Decision(m.memory_id, m.delivery_id, ratio >= lexical_min, round(ratio, 6), LEXICAL,
+                                  round(ratio, 6), None, used))
+    second = [i for i, d in enumerate(decisions) if not d.engaged]
+    parts = chunks(response, chunk_chars)
+    if second and parts and embed is not None:
+        vectors = embed([memories[i].content for i in second] + parts)
+        if vectors is None:
+            notes.append("semantic second chance skipped: no embedder answered (lexical only)")
+        else:
+            mem_vecs, chunk_vecs = vectors[:len(second)], vectors[len(second):]
+            for i, vec in zip(second, mem_vecs):
+                best = max(_cos(vec, c) for c in chunk_vecs)
+                d = decisions[i]
+                d.semantic = round(best, 6)
+                if best >= semantic_min:
+                    d.engaged, d.method, d.score = True, SEMANTIC, round(best, 6)
+    elif second and embed is None:
+        notes.append("semantic second chance disabled")
+    return decisions, notes
+
+
+@dataclass
+class EngagementReport:
+    session_id: str
+    turn: int
+    decisions: list[Decision] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {"session_id": self.session_id, "turn": self.turn, "notes": self.notes,
+                "engaged": sum(d.engaged for d in self.decisions), "decided": len(self.decisions),
+                "decisions": [vars(d) for d in self.decisions]}
+
+
+def turn_memories(session_id: str, turn: int) -> list[MemoryText]:
+    """The memories delivered in that turn, with their delivery ids (stores already open)."""
+    from cairn_cli.db.tables import Memory, MemoryDelivery
+
+    rows = list(MemoryDelivery.select().where((MemoryDelivery.session_id == session_id) &
+                                              (MemoryDelivery.turn == turn)).order_by(MemoryDelivery.rank))
+    mems = {m.id: m for m in Memory.select().where(Memory.id.in_([r.memory_id for r in rows]))} if rows else {}
+    return [MemoryText(r.memory_id, mems[r.memory_id].content, list(mems[r.memory_id].keywords), r.id)
+            for r in rows if r.memory_id in mems]
+
+
+def engagement_decisions(memories: list[MemoryText], response: str, prompt: str, settings: Settings,
+                         embed: Embed | None) -> tuple[list[Decision], list[str]]:
+    """`decide` with the configured thresholds (semantic only when enabled)."""
+    from cairn_cli.core.cm import strip_block
+
+    return decide(memories, strip_block(response), prompt, lexical_min=settings.ENGAGEMENT_LEXICAL_MIN,
+                  semantic_min=settings.ENGAGEMENT_SEMANTIC_MIN, chunk_chars=settings.ENGAGEMENT_CHUNK_CHARS,
+                  embed=embed if settings.ENGAGEMENT_SEMANTIC_ENABLED else None)
+
+
+def write_decisions(decisions: list[Decision]) -> None:
+    """Store each decision on its delivery row (the caller holds the transaction)."""
+    from cairn_cli.db.tables import MemoryDelivery
+
+    now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    for d in decisions:
+        MemoryDelivery.update(engaged=d.engaged, engaged_score=d.score, engaged_method=d.method,
+                              engaged_lexical=d.lexical, engaged_semantic=d.semantic, engaged_at=now
+                              ).where(MemoryDelivery.id == d.delivery_id).execute()
+
+
+def apply_engagement(session_id: str, response: str, settings: Settings, *, turn: int | None = None,
+                     prompt: str | None = None, embed: Embed | None = None) -> EngagementReport:
+    """Decide and store engagement for each delivery of the turn (default: the session's latest). Idempotent:
+    the same response gives the same rows. The prompt defaults to the one the prompt hook recorded."""
+    from cairn_cli.core.hookstate import turn_prompt
+    from cairn_cli.core.labels import latest_turn
+    from cairn_cli.core.store import open_stores
+    from cairn_cli.db.tables import ephemeral_proxy
+
+    open_stores(settings)
+    turn = latest_turn(session_id, settings) if turn is None else turn
+    report = EngagementReport(session_id, turn)
+    if prompt is None:
+        prompt = turn_prompt(session_id, turn)
+        if prompt is None:
+            report.notes.append("no recorded prompt for this turn: prompt terms not removed (pass --prompt)")
+    memories = turn_memories(session_id, turn)
+    if not memories:
+        report.notes.append(f"no deliveries in turn {turn}")
+        return report
+    report.decisions, notes = engagement_decisions(memories, response, prompt or "", settings, embed)
+    report.notes.extend(notes)
+    with ephemeral_proxy.atomic():
+        write_decisions(report.decisions)
+    return report

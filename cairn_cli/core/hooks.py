@@ -1,0 +1,84 @@
+"""Claude Code hook payloads (../shared/data/claude_code/HOOKS_SCHEMA.md): parsing, and the UserPromptSubmit
+payload turned into a ranking request (scope = CAIRN_HOOK_SCOPE or the name of the hook's cwd; a new project ranks
+the global memories; a missing transcript is a note, not an error; the turn is recorded in hook_state).
+Stdlib only, no dataclasses (their import costs 14 ms): this is the prompt hook's hot path. The Stop side is
+core/stop.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+from cairn_cli.errors import InvalidInput
+
+PROMPT_EVENT, STOP_EVENT = "UserPromptSubmit", "Stop"
+_SCOPE_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+class HookPayload:
+    """What Claude Code sends on stdin (the fields cairn reads; unknown keys are ignored)."""
+
+    FIELDS = ("transcript_path", "cwd", "prompt", "agent_id", "agent_type", "last_assistant_message")
+    __slots__ = ("event", "session_id", "stop_hook_active", *FIELDS)
+
+    def __init__(self, event: str, session_id: str, stop_hook_active: bool = False, **fields: str | None):
+        self.event, self.session_id, self.stop_hook_active = event, session_id, stop_hook_active
+        for name in self.FIELDS:
+            setattr(self, name, fields.get(name))
+
+    @property
+    def is_subagent(self) -> bool:
+        return bool(self.agent_id)
+
+
+def _str(data: dict, key: str) -> str | None:
+    value = data.get(key)
+    if value is not None and not isinstance(value, str):
+        raise InvalidInput(f"hook payload field {key!r} must be a string", "check the hook's stdin JSON")
+    return value
+
+
+def parse_payload(raw: bytes | str, event: str) -> HookPayload:
+    """The hook's stdin JSON; unknown keys are ignored, bytes that are not UTF-8 are replaced."""
+    text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
+    if not text.strip():
+        raise InvalidInput("the hook's stdin is empty", "Claude Code sends the hook payload as JSON on stdin")
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise InvalidInput(f"the hook's stdin is not JSON ({exc})", "Claude Code sends one JSON object") from None
+    if not isinstance(data, dict):
+        raise InvalidInput("the hook's stdin is not a JSON object", "Claude Code sends one JSON object")
+    named = data.get("hook_event_name") or data.get("event")
+    if named is not None and named != event:
+        raise InvalidInput(f"this is the {event} hook but the payload is for {named!r}",
+                           f"register `cairn hook {'prompt' if named == PROMPT_EVENT else 'stop'}` for {named}")
+    session = _str(data, "session_id")
+    if not session or not session.strip():
+        raise InvalidInput("the hook payload has no session_id", "check the hook's stdin JSON")
+    payload = HookPayload(event, session.strip(), bool(data.get("stop_hook_active")),
+                          **{name: _str(data, name) for name in HookPayload.FIELDS})
+    if event == PROMPT_EVENT and (payload.prompt is None or not payload.prompt.strip()):
+        raise InvalidInput("the UserPromptSubmit payload has no prompt", "check the hook's stdin JSON")
+    return payload
+
+
+def hook_scope(payload: HookPayload, scope_setting: str) -> str:
+    """CAIRN_HOOK_SCOPE, else the name of the directory Claude Code runs in, else global."""
+    if scope_setting:
+        return scope_setting
+    name = _SCOPE_CHARS.sub("-", os.path.basename(os.path.normpath(payload.cwd or ""))).strip("-.")
+    return name[:200] or "global"
+
+
+def prompt_request(payload: HookPayload, scope_setting: str) -> dict:
+    """The RankRequest fields for a UserPromptSubmit payload (stdlib only: the prompt hook's hot path)."""
+    transcript = payload.transcript_path
+    if transcript:
+        transcript = os.path.expanduser(transcript)
+    return {"prompt": payload.prompt, "session_id": payload.session_id, "scope": hook_scope(payload, scope_setting),
+            "transcript": transcript, "k": None, "layer": "subagent" if payload.is_subagent else "prompt",
+            "turn": None, "log": True, "strict_scope": False, "with_rules": True,
+            "hook": {"transcript_path": transcript, "agent_id": payload.agent_id, "is_subagent": payload.is_subagent,
+                     "agent_type": payload.agent_type, "cwd": payload.cwd}}

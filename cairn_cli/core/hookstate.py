@@ -1,0 +1,52 @@
+"""hook_state: one row per session and turn, written when the prompt hook ranks (prompt, scope, generation
+version, transcript, subagent marks) and read back by the Stop hook and by engagement."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+PROMPT_CHARS = 4000  # what engagement needs of the prompt (its terms), not the whole of a pasted log
+
+
+def record_turn(session_id: str, turn: int, *, context_key: str, hook: dict) -> None:
+    """Create or update the turn's row (the ephemeral store is open; the caller holds the transaction)."""
+    from cairn_cli.db.tables import HookState
+
+    data = {k: v for k, v in hook.items() if k not in ("transcript_path", "agent_id", "is_subagent", "arm")}
+    if isinstance(data.get("prompt"), str):
+        data["prompt"] = data["prompt"][:PROMPT_CHARS]
+    row = HookState.get_or_none((HookState.session_id == session_id) & (HookState.turn == turn))
+    fields = {"transcript_path": hook.get("transcript_path"), "agent_id": hook.get("agent_id"),
+              "is_subagent": bool(hook.get("is_subagent")), "arm": hook.get("arm"), "context_key": context_key}
+    if row is None:
+        HookState.create(session_id=session_id, turn=turn, data=data,
+                         created_at=dt.datetime.now(dt.timezone.utc).replace(tzinfo=None), **fields)
+    else:
+        HookState.update(data={**(row.data or {}), **data}, **fields).where(HookState.id == row.id).execute()
+
+
+def get_turn(session_id: str, turn: int):
+    from cairn_cli.db.tables import HookState
+
+    return HookState.get_or_none((HookState.session_id == session_id) & (HookState.turn == turn))
+
+
+def latest_main_turn(session_id: str):
+    """The newest turn the prompt hook recorded for the main agent (subagent turns excluded), or None."""
+    from cairn_cli.db.tables import HookState
+
+    return (HookState.select().where((HookState.session_id == session_id) & (HookState.is_subagent == False))  # noqa: E712
+            .order_by(HookState.turn.desc()).first())
+
+
+def turn_prompt(session_id: str, turn: int) -> str | None:
+    row = get_turn(session_id, turn)
+    prompt = (row.data or {}).get("prompt") if row is not None else None
+    return prompt if isinstance(prompt, str) else None
+
+
+def update_data(row, **values) -> None:
+    from cairn_cli.db.tables import HookState
+
+    row.data = {**(row.data or {}), **values}
+    HookState.update(data=row.data).where(HookState.id == row.id).execute()

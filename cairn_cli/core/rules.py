@@ -1,0 +1,41 @@
+"""The generation rules the agent is given: how to write memories (two altitudes, no in-session repeats) and how
+to grade what cairn injected. Versioned: the live version and text are machine-managed state (the A/B promotion
+rewrites them); the shipped text and version are the defaults until then."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from html import escape
+from importlib import resources
+
+from cairn_cli.config import Settings
+from cairn_cli.core import state
+
+SHIPPED_VERSION = "gen-1"
+VERSION_KEY = "generation_prompt_version"
+RULES_KEY = "generation_rules"
+RULES_TAG = "cairn-rules"
+
+
+@dataclass(frozen=True)
+class Rules:
+    version: str
+    text: str
+
+
+def shipped_text() -> str:
+    return resources.files("cairn_cli").joinpath("data/generation_rules.md").read_text(encoding="utf-8").strip()
+
+
+def live(settings: Settings) -> Rules:
+    """The live generation rules: machine-managed state, else what cairn ships."""
+    return Rules(str(state.get(VERSION_KEY, settings, SHIPPED_VERSION)),
+                 str(state.get(RULES_KEY, settings) or shipped_text()))
+
+
+def render(rules: Rules, scope: str, extra: str | None = None) -> str:
+    """The rules block printed before the memories; `extra` (the A/B arm B instruction) comes last."""
+    body = rules.text.replace("SCOPE", scope)
+    if extra:
+        body += f"\n- {extra.strip()}"
+    return f'<{RULES_TAG} version="{escape(rules.version)}">\n{body}\n</{RULES_TAG}>'

@@ -1,0 +1,128 @@
+"""The Stop hook: the response (`last_assistant_message`, else the transcript's last turn) gives the [cm] block;
+its new memories (stamped with the turn's generation version in `source_ref`), its grades and evidence, and the
+engagement of every delivery of the turn are written in one transaction per database. Re-running the same Stop
+changes nothing. Subagent stops (an `agent_id`) are recorded on the turn and marked, never graded."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+from cairn_cli.config import Settings
+from cairn_cli.core.hooks import HookPayload
+
+
+@dataclass
+class StopReport:
+    session_id: str
+    turn: int | None
+    response_source: str | None = None
+    skipped: str | None = None
+    memories: list[dict] = field(default_factory=list)
+    grades: dict | None = None
+    engagement: dict | None = None
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        if self.skipped:
+            return f"session {self.session_id} turn {self.turn}: {self.skipped}"
+        g, e = self.grades or {}, self.engagement or {}
+        return (f"session {self.session_id} turn {self.turn}: {len(self.memories)} memories written, "
+                f"{len(g.get('applied', []))} graded, {len(g.get('rejected', []))} grades rejected, "
+                f"{e.get('engaged', 0)}/{e.get('decided', 0)} engaged, {len(self.problems)} problems "
+                f"(response from {self.response_source})")
+
+
+def response_text(payload: HookPayload, wait_ms: int) -> tuple[str | None, str | None]:
+    """(the response, where it came from): `last_assistant_message`, else the assistant text after the last
+    typed prompt in the transcript, waiting up to `wait_ms` for it to be written."""
+    if payload.last_assistant_message is not None:
+        return payload.last_assistant_message, "last_assistant_message"
+    if not payload.transcript_path:
+        return None, None
+    from cairn_cli.core.transcript import read_transcript
+
+    path = os.path.expanduser(payload.transcript_path)
+    deadline = time.monotonic() + wait_ms / 1000.0
+    while True:
+        try:
+            turns = read_transcript(path, max_bytes=4_000_000).turns()
+        except OSError:
+            return None, None
+        texts = [m.text for m in turns[-1].responses if m.text] if turns else []
+        if texts or time.monotonic() >= deadline:
+            return ("\n".join(texts), "transcript") if texts else (None, None)
+        time.sleep(0.05)
+
+
+def apply_stop(payload: HookPayload, settings: Settings, *, embed_with_model, embed) -> StopReport:
+    """Apply the turn's [cm] block and engagement. `embed_with_model(texts)` -> (model, vectors) | None is used
+    for new memories, `embed(texts)` -> vectors | None for the semantic engagement test."""
+    from cairn_cli.core import hookstate
+    from cairn_cli.core.cm import parse_cm
+    from cairn_cli.core.engagement import engagement_decisions, turn_memories, write_decisions
+    from cairn_cli.core.labels import apply_relevance_grades
+    from cairn_cli.core.memories import add_memories, embedding_text
+    from cairn_cli.core.rules import live
+    from cairn_cli.core.store import open_stores
+    from cairn_cli.core.text import sha256
+    from cairn_cli.db.tables import MemoryDelivery, ephemeral_proxy, memory_proxy
+
+    open_stores(settings)
+    row = hookstate.latest_main_turn(payload.session_id)
+    if row is None:
+        last = (MemoryDelivery.select(MemoryDelivery.turn).where(MemoryDelivery.session_id == payload.session_id)
+                .order_by(MemoryDelivery.turn.desc()).first())
+        turn = last.turn if last else None
+    else:
+        turn = row.turn
+    report = StopReport(payload.session_id, turn)
+    if payload.is_subagent:
+        if row is not None:
+            events = list((row.data or {}).get("subagent_stops", []))
+            if payload.agent_id not in [e.get("agent_id") for e in events]:
+                hookstate.update_data(row, subagent_stops=events + [{"agent_id": payload.agent_id,
+                                                                     "agent_type": payload.agent_type}])
+        report.skipped = f"subagent {payload.agent_id} stop recorded; subagents are not graded"
+        return report
+    text, report.response_source = response_text(payload, settings.HOOK_TRANSCRIPT_WAIT_MS)
+    if text is None:
+        report.skipped = "no response text (no last_assistant_message and none in the transcript)"
+        return report
+    digest = sha256(text)
+    if row is not None and ((row.data or {}).get("stop") or {}).get("response_sha256") == digest:
+        report.skipped = "this response was already applied"
+        return report
+    data = (row.data or {}) if row is not None else {}
+    source_ref = data.get("source_ref") or live(settings).version
+    cm = parse_cm(text, source_ref=source_ref, session_id=payload.session_id)
+    report.problems.extend(cm.problems)
+    if not cm.found:
+        report.notes.append("the response has no [cm] block")
+    # model calls first, outside the transaction: new memories' embeddings, the semantic engagement test
+    vectors = embed_with_model([embedding_text(m.content, m.keywords) for m in cm.memories]) if cm.memories else None
+    if cm.memories and vectors is None:
+        report.notes.append("no embedder answered: new memories are embedded when the daemon next ranks")
+    delivered = turn_memories(payload.session_id, turn) if turn is not None else []
+    decisions, notes = engagement_decisions(delivered, text, data.get("prompt") or "", settings, embed)
+    report.notes.extend(notes)
+    with memory_proxy.atomic(), ephemeral_proxy.atomic():
+        if cm.memories:
+            results = add_memories(cm.memories, settings, embed=lambda texts: vectors)
+            report.memories = [{"id": r.id, "action": r.action, "source_ref": source_ref} for r in results]
+        if turn is not None and cm.found:
+            graded = apply_relevance_grades(cm, payload.session_id, settings, turn=turn)
+            report.grades = graded.as_dict()
+            report.problems = list(dict.fromkeys(report.problems + graded.problems))
+        elif cm.grades:
+            report.problems.append("grades ignored: no turn of this session was ranked")
+        write_decisions(decisions)
+        report.engagement = {"engaged": sum(d.engaged for d in decisions), "decided": len(decisions),
+                             "decisions": [vars(d) for d in decisions]}
+        if row is not None:
+            hookstate.update_data(row, stop={"response_sha256": digest, "memories": len(report.memories),
+                                             "graded": len((report.grades or {}).get("applied", [])),
+                                             "engaged": report.engagement["engaged"]})
+    return report

@@ -1,0 +1,81 @@
+"""`cairn hook prompt` and `cairn hook stop`: what Claude Code runs. They never block or break the session:
+every failure is written to $CAIRN_HOME/logs/hook.log and the hook exits 0 (the prompt goes through without
+memories; the turn simply stays unlabelled). The prompt hook is on the hot path: no Typer, rich, numpy or torch
+here when the daemon answers (entry.py calls these directly)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+LOG_NAME = "hook.log"
+
+
+def log(line: str) -> None:
+    """Append one line to $CAIRN_HOME/logs/hook.log; a hook must not fail because its log cannot be written."""
+    try:
+        from cairn_cli.config import home_dir
+
+        logs = os.path.join(home_dir(), "logs")
+        os.makedirs(logs, exist_ok=True)
+        with open(os.path.join(logs, LOG_NAME), "a", encoding="utf-8") as fh:
+            fh.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {line}\n")
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def _failed(event: str, exc: BaseException) -> int:
+    from cairn_cli.errors import CairnError
+
+    if isinstance(exc, CairnError):
+        log(f"{event} error: {exc.one_line()}")
+    else:
+        import traceback
+
+        log(f"{event} error: unexpected {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+    return 0
+
+
+def _stdin() -> bytes:
+    return sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
+
+
+def run_prompt(raw: bytes | None = None) -> int:
+    """UserPromptSubmit: rank, log the deliveries and the turn, print the rules and memories for the context."""
+    t0 = time.perf_counter()
+    try:
+        from cairn_cli import config
+        from cairn_cli.core.hooks import PROMPT_EVENT, parse_payload, prompt_request
+        from cairn_cli.daemon import dispatch
+
+        payload = parse_payload(_stdin() if raw is None else raw, PROMPT_EVENT)
+        result = dispatch.rank(prompt_request(payload, config.get("HOOK_SCOPE")), {}, autostart=True)
+        if result["injection"]:
+            sys.stdout.write(result["injection"] + "\n")
+            sys.stdout.flush()
+        notes = "; ".join(result.get("notes", []))
+        log(f"prompt session={payload.session_id} turn={result['turn']} delivered={len(result['memories'])} "
+            f"ranker={result['ranker']} reranker={result['reranker_model']} "
+            f"ms={(time.perf_counter() - t0) * 1000:.0f}" + (f" notes: {notes}" if notes else ""))
+        return 0
+    except BaseException as exc:  # noqa: BLE001 - a hook never breaks the session
+        return _failed("prompt", exc)
+
+
+def run_stop(raw: bytes | None = None) -> int:
+    """Stop: apply the response's [cm] block (memories, grades, evidence) and engagement; prints nothing."""
+    t0 = time.perf_counter()
+    try:
+        from cairn_cli.config import Settings
+        from cairn_cli.core.hooks import STOP_EVENT, parse_payload
+        from cairn_cli.core.stop import apply_stop
+        from cairn_cli.daemon import dispatch
+
+        payload = parse_payload(_stdin() if raw is None else raw, STOP_EVENT)
+        report = apply_stop(payload, Settings(), embed_with_model=dispatch.embed_with_model, embed=dispatch.embed)
+        extra = "; ".join(report.problems + report.notes)
+        log(f"stop {report.summary()} ms={(time.perf_counter() - t0) * 1000:.0f}" + (f" | {extra}" if extra else ""))
+        return 0
+    except BaseException as exc:  # noqa: BLE001
+        return _failed("stop", exc)
