@@ -21,7 +21,8 @@ def test_grades_apply_to_the_latest_turn_and_reject_what_was_not_shown(cli):
     block = (f'Answer.\n[cm]{{"rg": ["{shown[0]}:3", "{shown[1]}:0!", "{unshown}:2", "{shown[2]}:9"], '
              f'"cu": [{shown[0]}], "-!": [{unshown}]}}[/cm]')
     result = cli("grade", "--session", "g1", "--json", block)
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 2, result.output  # applied, but some of the input was not
+    assert "1 item(s) skipped and 1 grade(s) rejected; the rest was applied" in result.output
     report = orjson.loads(result.stdout)
     assert report["turn"] == 1
     assert [(a["memory_id"], a["grade"], a["hard_negative"]) for a in report["applied"]] == [
@@ -51,4 +52,5 @@ def test_grade_bad_input_exits_2_or_1_with_one_line(cli):
     unknown = cli("grade", "--session", "nope", '[cm]{"rg": ["1:3"]}')
     assert unknown.exit_code == 1 and "no deliveries" in unknown.output
     garbage = cli("grade", "--session", "g1", "--json", "[cm] {{{ garbage")
-    assert garbage.exit_code == 0 and orjson.loads(garbage.stdout)["applied"] == []
+    assert garbage.exit_code == 2 and orjson.loads(garbage.stdout)["applied"] == []
+    assert "[cm] block is not JSON" in orjson.loads(garbage.stdout)["problems"][0]

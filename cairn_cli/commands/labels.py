@@ -23,7 +23,7 @@ def grade(
     """Apply the rg grades (0-3, '!' = hard negative) and cu / -! evidence of a [cm] block (docs/cm-block.md).
 
     Grades for memories not delivered in that turn are rejected with a reason; re-applying is idempotent.
-    Exit 2 when the text has no [cm] block.
+    Exit 2 when the text has no [cm] block, or (after applying the rest) when an item was skipped or rejected.
 
     Example: cairn grade --session s1 --turn 3 '... [cm]{"rg": ["12:3", "15:0!"], "cu": [12]}[/cm]'
     """
@@ -43,7 +43,15 @@ def grade(
     report = apply_relevance_grades(cm, session, settings(), turn=turn)
     if json:
         output.json_out(report.as_dict())
-        return
+    else:
+        _print_report(report)
+    if report.problems or report.rejected:
+        # the well-formed rest is applied; the exit code tells a script that some of its input was not
+        raise InvalidInput(f"{len(report.problems)} item(s) skipped and {len(report.rejected)} grade(s) rejected; "
+                           "the rest was applied", "see the report and docs/cm-block.md")
+
+
+def _print_report(report) -> None:
     output.text_out(f"session {report.session_id} turn {report.turn}: {len(report.applied)} graded, "
                     f"{len(report.rejected)} rejected, {len(report.corroborated)} corroborated, "
                     f"{len(report.contradicted)} contradicted")
