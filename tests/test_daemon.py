@@ -65,6 +65,17 @@ def home(tmp_path):
     run(h, "daemon", "stop", "--force")
 
 
+def _entry_in_fresh_interpreter(home, argv, stdin, **extra):
+    """(exit code, stdout, heavy modules imported) of the console script's entry run in a new interpreter."""
+    code = ("import sys, json\nfrom cairn_cli import entry\n"
+            f"sys.argv = ['cairn', *{argv!r}]\nrc = 0\n"
+            "try:\n    entry.main()\nexcept SystemExit as exc:\n    rc = exc.code\n"
+            f"sys.stderr.write(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))\nsys.exit(rc)")
+    out = subprocess.run([sys.executable, "-c", code], input=stdin, capture_output=True, text=True, timeout=60,
+                         env=_env(home, **extra), cwd=ROOT)
+    return out.returncode, out.stdout, json.loads(out.stderr.strip().splitlines()[-1])
+
+
 def test_real_model_daemon_ranks_and_the_hot_path_stays_light(tmp_path):
     h = tmp_path / "real"
     extra = {"CAIRN_EMBED_MODEL": "all-MiniLM-L6-v2"}
@@ -92,10 +103,24 @@ def test_real_model_daemon_ranks_and_the_hot_path_stays_light(tmp_path):
         from cairn_cli.daemon import client
         vec = client.request("embed", {"texts": ["hello"]}, timeout_ms=5000, base=h)
         assert vec["model"] == "all-MiniLM-L6-v2" and len(vec["vectors"][0]) == 384
+        # the hooks, exactly as Claude Code runs them: the lean entry, the daemon's models, no torch in the hook
+        prompt = json.dumps({"session_id": "hook", "cwd": "/src/webshop", "hook_event_name": "UserPromptSubmit",
+                             "prompt": "the integration tests fail with connection refused"})
+        rc, stdout, heavy = _entry_in_fresh_interpreter(h, ["hook", "prompt"], prompt, **extra)
+        assert rc == 0 and heavy == [] and '<memory id="1"' in stdout and "<cairn-rules" in stdout
+        stop = json.dumps({"session_id": "hook", "hook_event_name": "Stop", "last_assistant_message":
+                           "Bring the Postgres database up before you launch the test suite, or nothing can connect."
+                           '\n[cm]{"m": ["Flaky checkout tests: clear the Redis cache first"], "rg": ["1:3"]}[/cm]'})
+        rc, stdout, heavy = _entry_in_fresh_interpreter(h, ["hook", "stop"], stop, **extra)
+        assert rc == 0 and stdout == "" and not set(heavy) & {"torch", "sentence_transformers", "transformers"}
+        row = [d for d in deliveries(h) if d["session_id"] == "hook" and d["memory_id"] == 1][0]
+        assert row["grade"] == 3 and row["engaged_method"] == "semantic" and row["engaged_score"] >= 0.55
+        written = json.loads(run(h, "memory", "show", "19", "--json", **extra).stdout)
+        assert written["source_ref"] == "gen-1" and written["embedding_model"] == "all-MiniLM-L6-v2"
         # the daemon sees memories added after it started
         assert run(h, "memory", "add", "Gift cards are redeemed with `shop giftcard redeem CODE`", "--scope",
                    "webshop", **extra).returncode == 0
-        assert rank_json(h, "how do I redeem a gift card?", "--scope", "webshop", **extra)["memories"][0]["id"] == 19
+        assert rank_json(h, "how do I redeem a gift card?", "--scope", "webshop", **extra)["memories"][0]["id"] == 20
     finally:
         run(h, "daemon", "stop", "--force")
     rc, st = status(h)
