@@ -30,6 +30,19 @@ for p in "${prompts[@]}"; do
   $cairn rank "$p" --scope webshop --session demo -k 3
 done
 
+step "Claude Code's UserPromptSubmit hook: the payload on stdin, the rules and memories on stdout"
+printf '%s' '{"session_id": "demo-hook", "cwd": "/src/webshop", "hook_event_name": "UserPromptSubmit",
+  "prompt": "the integration tests fail with connection refused again"}' | $cairn hook prompt | tee "$CAIRN_HOME/injected.txt"
+ids=($(grep -o '<memory id="[0-9]*"' "$CAIRN_HOME/injected.txt" | grep -o '[0-9]*'))
+
+step "the Stop hook: the agent's answer with its [cm] block (grades, evidence, a new memory) and engagement"
+answer="Run make db-up first: the tests need PostgreSQL listening on 5433.
+[cm]{\"m\": [{\"content\": \"Integration tests need make db-up first (PostgreSQL on 5433), else connection refused\", \"keywords\": [\"pytest\", \"db-up\"], \"scope\": \"webshop\", \"kind\": \"procedure\"}], \"rg\": [\"${ids[0]}:3\", \"${ids[1]}:0!\", \"${ids[2]}:1\"], \"cu\": [${ids[0]}]}[/cm]"
+python3 -c 'import json, sys; print(json.dumps({"session_id": "demo-hook", "hook_event_name": "Stop",
+  "last_assistant_message": sys.argv[1]}))' "$answer" | $cairn hook stop
+tail -n 2 "$CAIRN_HOME/logs/hook.log"
+$cairn deliveries --session demo-hook
+
 step "the same prompt with the daemon stopped: the in-process lexical fallback answers and says so"
 $cairn daemon stop
 $cairn rank "${prompts[0]}" --scope webshop --session demo -k 3

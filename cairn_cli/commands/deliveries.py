@@ -74,5 +74,6 @@ def list_deliveries(
     rows = [{**vars(v), "final_score": f"{v.final_score:.3f}",
              "sim": v.score_components.get("similarity"), "kw": v.score_components.get("keywords")} for v in views]
     output.table(rows, ["id", "session_id", "turn", "rank", "memory_id", "final_score", "sim", "kw",
-                        "reranker_model", "ranker", "layer", "scope", "context_key", "grade", "engaged"],
+                        "reranker_model", "ranker", "layer", "scope", "context_key", "grade", "engaged",
+                        "engaged_method"],
                  title=f"{len(views)} deliveries")
