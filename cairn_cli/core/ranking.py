@@ -365,7 +365,7 @@ def _deliver(request: RankRequest, settings: Settings, context: ContextWindow, c
 
     turn = request.turn if request.turn is not None else deliveries.next_turn(request.session_id, settings)
     rules_text, version = "", None
-    if request.with_rules or request.hook is not None:
+    if request.with_rules or request.log:
         live = generation_rules.live(settings)
         version = live.version
         if request.with_rules:
@@ -400,9 +400,9 @@ def _deliver(request: RankRequest, settings: Settings, context: ContextWindow, c
                                          reranker_model=reranker_model, ranker=engine.ranker, layer=request.layer,
                                          scope=scope or GLOBAL_SCOPE, arm=(request.hook or {}).get("arm"))
                 for i in items], settings)
-        if request.hook is not None:
+        if request.log:  # the turn's prompt, scope and rules version: what Stop and engagement need later
             hookstate.record_turn(request.session_id, turn, context_key=context.key,
-                                  hook={**request.hook, "prompt": context.prompt, "scope": request.scope,
+                                  hook={**(request.hook or {}), "prompt": context.prompt, "scope": request.scope,
                                         "generation_version": version, "source_ref": version,
                                         "delivered": [i.id for i in items]})
     return result
