@@ -62,14 +62,14 @@ def key_values(pairs: dict, *, title: str | None = None) -> None:
 
 
 @contextmanager
-def progress(total: int | None, desc: str, *, enabled: bool = True) -> Iterator[Callable[[int], None]]:
+def progress(total: int | None, desc: str, *, enabled: bool = True, unit: str = "mem") -> Iterator[Callable[[int], None]]:
     """A tqdm bar on stderr; yields a callback taking the number of items done."""
     if not enabled:
         yield lambda n: None
         return
     from tqdm import tqdm
 
-    bar = tqdm(total=total, desc=desc, file=sys.stderr, unit="mem", leave=False,
+    bar = tqdm(total=total, desc=desc, file=sys.stderr, unit=unit, leave=False,
                disable=None if sys.stderr.isatty() else True)
     try:
         yield bar.update

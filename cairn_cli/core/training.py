@@ -1,0 +1,464 @@
+"""The student reranker's data, split, gate and deployment (`cairn train-reranker`).
+
+Data: `relevance_silver.jsonl` rows `(query = context window, memory text, grade 0-3, hard_negative, query_key,
+delivery_id)` exported from graded deliveries, or any JSONL of that shape (e.g. TREC DL pairs converted by a script).
+Split: by query key (never by pair), seeded. Pairs: within a query, (better, worse) when the grades differ by at
+least `min_gap`. Engagement pseudo-labels (engaged -> 3, not engaged -> 0) are merged into TRAINING pairs only,
+after the split, and never for a held-out query: the gate is judged on agent grades alone.
+Gate: the incumbent (the live cross-encoder; with none live, the composite that really orders deliveries) and the
+student are scored on the SAME held-out pairs; deploy only if student agreement >= incumbent + deploy_margin.
+Deploy: the student is written to a new version directory and published by atomically replacing a symlink, so a
+killed run leaves the live student untouched; the previous version stays for `--rollback`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import math
+import os
+import random
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from cairn_cli import config
+from cairn_cli.config import Settings
+from cairn_cli.core import state
+from cairn_cli.core.store import open_stores
+from cairn_cli.errors import InvalidInput, NotFound
+
+SILVER_NAME = "relevance_silver.jsonl"
+STATE_KEY = "reranker_training"  # the last attempt: when, on how many labels, the numbers, the outcome
+DEPLOY_KEY = "reranker_student"  # the deployed student version and its card
+AUTO_PROMOTE_SAFE = 0.90
+Scorer = Callable[[str, list[str]], list[float]]
+
+
+@dataclass
+class LabelRow:
+    query: str
+    memory: str
+    grade: int
+    hard_negative: bool = False
+    query_key: str = ""
+    delivery_id: int | None = None
+    source: str = "grade"  # grade | engagement
+
+
+def silver_path() -> Path:
+    return config.home() / "training_data" / SILVER_NAME
+
+
+def query_key(query: str) -> str:
+    from cairn_cli.core.context import context_key
+
+    return context_key(query)
+
+
+# -- data -------------------------------------------------------------------------------------------------------
+
+def graded_rows(settings: Settings) -> list[LabelRow]:
+    """Every graded delivery as a label row (the memory's current text; query = the delivery's context window)."""
+    from cairn_cli.db.tables import Memory, MemoryDelivery
+
+    open_stores(settings)
+    rows = list(MemoryDelivery.select().where(MemoryDelivery.grade.is_null(False)).order_by(MemoryDelivery.id))
+    texts = {m.id: m.content for m in Memory.select(Memory.id, Memory.content)
+             .where(Memory.id.in_({r.memory_id for r in rows}))} if rows else {}
+    return [LabelRow(r.context_window, texts[r.memory_id], int(r.grade), bool(r.hard_negative), r.context_key, r.id)
+            for r in rows if r.memory_id in texts]
+
+
+def engagement_rows(settings: Settings, *, min_pos: float) -> list[LabelRow]:
+    """Ungraded deliveries with an engagement decision of a known method, as 0/3 pseudo-grades. A lexical row is
+    a positive only when its overlap reaches `min_pos` (lexical engaged rows under it are left out); semantic
+    rows are positives as decided."""
+    from cairn_cli.core.engagement import LEXICAL, SEMANTIC
+    from cairn_cli.db.tables import Memory, MemoryDelivery
+
+    open_stores(settings)
+    rows = list(MemoryDelivery.select().where(MemoryDelivery.grade.is_null() & MemoryDelivery.engaged.is_null(False)
+                                              & MemoryDelivery.engaged_method.in_([LEXICAL, SEMANTIC]))
+                .order_by(MemoryDelivery.id))
+    texts = {m.id: m.content for m in Memory.select(Memory.id, Memory.content)
+             .where(Memory.id.in_({r.memory_id for r in rows}))} if rows else {}
+    out = []
+    for r in rows:
+        if r.memory_id not in texts:
+            continue
+        if r.engaged and r.engaged_method == LEXICAL and (r.engaged_score or 0.0) < min_pos:
+            continue
+        out.append(LabelRow(r.context_window, texts[r.memory_id], 3 if r.engaged else 0, False, r.context_key, r.id,
+                            "engagement"))
+    return out
+
+
+def write_jsonl(rows: list[LabelRow], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        for r in rows:
+            fh.write(json.dumps({k: v for k, v in asdict(r).items() if k != "source"}, ensure_ascii=False) + "\n")
+    os.replace(tmp, path)
+
+
+def read_jsonl(path: Path) -> list[LabelRow]:
+    """Rows of the silver shape; `query_key` defaults to the query's hash. A bad line is an error naming it."""
+    if not path.is_file():
+        raise NotFound(f"no training data at {path}", "run `cairn train-reranker --export` or pass --data FILE")
+    out = []
+    with path.open(encoding="utf-8", errors="replace") as fh:
+        for n, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                raise InvalidInput(f"{path}:{n}: not valid JSON", "one JSON object a line") from None
+            if not isinstance(obj, dict):
+                raise InvalidInput(f"{path}:{n}: not a JSON object", "one JSON object a line")
+            query, memory, grade = obj.get("query"), obj.get("memory"), obj.get("grade")
+            if not isinstance(query, str) or not query.strip() or not isinstance(memory, str) or not memory.strip():
+                raise InvalidInput(f"{path}:{n}: query and memory must be non-empty strings", "fix that line")
+            if not isinstance(grade, int) or isinstance(grade, bool) or not 0 <= grade <= 3:
+                raise InvalidInput(f"{path}:{n}: grade must be an integer 0-3", "fix that line")
+            out.append(LabelRow(query, memory, grade, bool(obj.get("hard_negative", False)),
+                                str(obj.get("query_key") or query_key(query)), obj.get("delivery_id")))
+    return out
+
+
+def split_by_query(rows: list[LabelRow], *, holdout: float, seed: int) -> tuple[set[str], set[str]]:
+    """(train keys, held-out keys): whole queries, shuffled with `seed`; at least one of each when there are two."""
+    keys = sorted({r.query_key for r in rows})
+    random.Random(seed).shuffle(keys)
+    n_held = min(len(keys) - 1, max(1, round(len(keys) * holdout))) if len(keys) > 1 else 0
+    return set(keys[n_held:]), set(keys[:n_held])
+
+
+def make_pairs(rows: list[LabelRow], keys: set[str], *, min_gap: int) -> list[tuple[str, str, str, str]]:
+    """(query_key, query, better, worse) for every pair of one query whose grades differ by >= min_gap."""
+    by_key: dict[str, list[LabelRow]] = {}
+    for r in rows:
+        if r.query_key in keys:
+            by_key.setdefault(r.query_key, []).append(r)
+    out = []
+    for key in sorted(by_key):
+        group = by_key[key]
+        for a in group:
+            for b in group:
+                if a.grade - b.grade >= min_gap:
+                    out.append((key, a.query, a.memory, b.memory))
+    return out
+
+
+# -- scoring ----------------------------------------------------------------------------------------------------
+
+def agreement(scorer: Scorer, pairs: list[tuple[str, str, str, str]]) -> float:
+    """Share of pairs the scorer orders like the grades (a tie counts half)."""
+    if not pairs:
+        return float("nan")
+    by_query: dict[str, dict[str, float]] = {}
+    for key, query, better, worse in pairs:
+        by_query.setdefault(key, {"\0query": query})  # type: ignore[dict-item]
+        by_query[key].setdefault(better, 0.0)
+        by_query[key].setdefault(worse, 0.0)
+    scores = {}
+    for key, texts in by_query.items():
+        query = texts.pop("\0query")
+        names = list(texts)
+        scores[key] = dict(zip(names, scorer(query, names)))  # type: ignore[arg-type]
+    won = 0.0
+    for key, _, better, worse in pairs:
+        s_b, s_w = scores[key][better], scores[key][worse]
+        won += 1.0 if s_b > s_w else 0.5 if s_b == s_w else 0.0
+    return won / len(pairs)
+
+
+def ndcg_at(scorer: Scorer, rows: list[LabelRow], keys: set[str], k: int = 10) -> float:
+    """Mean NDCG@k over the queries in `keys` that have a relevant memory (gain 2^grade - 1)."""
+    by_key: dict[str, list[LabelRow]] = {}
+    for r in rows:
+        if r.query_key in keys:
+            by_key.setdefault(r.query_key, []).append(r)
+    values = []
+    for group in by_key.values():
+        ideal = sorted((r.grade for r in group), reverse=True)[:k]
+        idcg = sum((2 ** g - 1) / math.log2(i + 2) for i, g in enumerate(ideal))
+        if idcg == 0:
+            continue
+        scores = scorer(group[0].query, [r.memory for r in group])
+        ranked = [r for _, r in sorted(zip(scores, group), key=lambda x: -x[0])][:k]
+        values.append(sum((2 ** r.grade - 1) / math.log2(i + 2) for i, r in enumerate(ranked)) / idcg)
+    return sum(values) / len(values) if values else float("nan")
+
+
+def composite_scorer(settings: Settings) -> Scorer:
+    """The composite as it orders a query's candidates in production (similarity + BM25 within the candidates +
+    scope; confidence and recency weigh 0): the incumbent when no cross-encoder is live."""
+    import numpy as np
+
+    from cairn_cli.core.scoring import Candidate, ScoringTable
+    from cairn_cli.ml.models import get_encoder
+
+    encoder = get_encoder(settings.EMBED_MODEL, settings.EMBED_DTYPE)
+    now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+
+    def score(query: str, texts: list[str]) -> list[float]:
+        vecs = encoder.encode([query] + texts)
+        table = ScoringTable([], settings.KEYWORD_FIELD_WEIGHT, dim=encoder.dim)
+        for i, (text, vec) in enumerate(zip(texts, vecs[1:])):
+            table.upsert(Candidate(i, text, [], "global", "fact", 0.75, now), vec)
+        scored = table.score(query, table.similarities(np.asarray(vecs[0])), scope=None, weights=settings.weights(),
+                             half_life_days=settings.RECENCY_HALF_LIFE_DAYS)
+        by_id = {s.candidate.id: s.score for s in scored}
+        return [by_id[i] for i in range(len(texts))]
+
+    return score
+
+
+@dataclass
+class Incumbent:
+    name: str
+    scorer: Scorer
+    base: Path | None  # its weights, when it is a cross-encoder (the default base to fine-tune)
+
+
+def incumbent(settings: Settings) -> Incumbent:
+    """What ranks now: the live cross-encoder (resolve_reranker) or, with none, the composite."""
+    from cairn_cli.core.reranking import load_reranker, resolve
+
+    resolution = resolve(settings)
+    reranker, _ = load_reranker(settings, resolution)
+    if reranker is None:
+        return Incumbent("composite", composite_scorer(settings), None)
+    return Incumbent(reranker.name, reranker.logits, resolution.path)
+
+
+# -- deployment -------------------------------------------------------------------------------------------------
+
+def versions_dir(student: Path) -> Path:
+    return student.parent / f"{student.name}.versions"
+
+
+def deploy(model_dir: Path, student: Path) -> Path | None:
+    """Publish `model_dir` (already under versions_dir) as the live student: one atomic symlink replacement.
+    Returns the previous version's directory, if any."""
+    previous = student.resolve() if student.is_symlink() else None
+    if student.exists() and not student.is_symlink():  # a student from before versioning: keep it as a version
+        legacy = versions_dir(student) / f"legacy-{dt.datetime.now():%Y%m%dT%H%M%S}"
+        os.replace(student, legacy)
+        previous = legacy
+    link_tmp = student.parent / f".{student.name}.link-{os.getpid()}"
+    if link_tmp.is_symlink() or link_tmp.exists():
+        link_tmp.unlink()
+    os.symlink(os.path.relpath(model_dir, student.parent), link_tmp)
+    os.replace(link_tmp, student)
+    return previous
+
+
+def new_version_dir(student: Path) -> Path:
+    root = versions_dir(student)
+    root.mkdir(parents=True, exist_ok=True)
+    return root / f"{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%S%fZ}-{os.getpid()}"
+
+
+def rollback(settings: Settings) -> dict:
+    """Point the live student back at the version deployed before it."""
+    student = config.student_path(settings.CROSS_ENCODER_STUDENT_PATH)
+    record = state.get(DEPLOY_KEY, settings) or {}
+    previous = record.get("previous")
+    if not previous or not Path(previous).is_dir():
+        raise NotFound("there is no previous student to roll back to", "train and deploy one first")
+    current = str(student.resolve()) if student.is_symlink() else None
+    deploy(Path(previous), student)
+    value = {**record, "version": previous, "previous": current, "rolled_back_at": _now()}
+    state.put(DEPLOY_KEY, value, settings, by="cairn train-reranker --rollback", reason="rollback")
+    return value
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None).isoformat(timespec="seconds")
+
+
+# -- the run ----------------------------------------------------------------------------------------------------
+
+@dataclass
+class TrainOptions:
+    data: Path | None = None
+    base: str = "incumbent"  # incumbent | bundled | a directory
+    epochs: int = 2
+    batch_size: int = 16
+    lr: float = 3e-5
+    margin: float = 1.0
+    seed: int = 13
+    device: str = "auto"
+    holdout: float = 0.2
+    min_gap: int = 2
+    deploy_margin: float = 0.02
+    engagement: bool = False
+    engagement_min_pos: float = 0.2
+    engagement_max_pairs: int = 2000
+    max_length: int | None = None
+    max_train_pairs: int | None = None
+    dry_run: bool = False
+    deploy: bool = True
+
+
+@dataclass
+class TrainReport:
+    data: str
+    rows: int
+    queries: int
+    train_queries: int
+    held_queries: int
+    train_pairs: int
+    engagement_pairs: int
+    held_pairs: int
+    min_gap: int
+    seed: int
+    outcome: str = "dry-run"  # dry-run | deployed | refused | trained (no deploy)
+    reason: str = ""
+    incumbent: str | None = None
+    base: str | None = None
+    student_agreement: float | None = None
+    incumbent_agreement: float | None = None
+    student_ndcg10: float | None = None
+    incumbent_ndcg10: float | None = None
+    deploy_margin: float | None = None
+    auto_promote_safe: bool | None = None
+    student_dir: str | None = None
+    train_stats: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def gate(student: float, incumbent_score: float, margin: float) -> tuple[bool, str]:
+    """Beat the incumbent on the same held-out pairs by `margin`."""
+    if math.isnan(student) or math.isnan(incumbent_score):
+        return False, "no held-out pair to judge on"
+    if student >= incumbent_score + margin:
+        return True, f"student {student:.3f} >= incumbent {incumbent_score:.3f} + {margin:.3f}"
+    return False, f"student {student:.3f} < incumbent {incumbent_score:.3f} + {margin:.3f}"
+
+
+def train_reranker(settings: Settings, opts: TrainOptions, *,
+                   progress: Callable[[int, int], Callable[[int], None]] | None = None) -> TrainReport:
+    """Export (unless --data), split, pair, [train, gate, deploy]. `progress(total, what)` gives a callback."""
+    if opts.data is None:
+        rows = graded_rows(settings)
+        write_jsonl(rows, silver_path())
+        data = str(silver_path())
+    else:
+        rows = read_jsonl(opts.data)
+        data = str(opts.data)
+    train_keys, held_keys = split_by_query(rows, holdout=opts.holdout, seed=opts.seed)
+    train_pairs = make_pairs(rows, train_keys, min_gap=opts.min_gap)
+    held_pairs = make_pairs(rows, held_keys, min_gap=opts.min_gap)
+    weak: list[tuple[str, str, str, str]] = []
+    if opts.engagement:
+        pseudo = [r for r in engagement_rows(settings, min_pos=opts.engagement_min_pos) if r.query_key not in held_keys]
+        weak = make_pairs(pseudo, {r.query_key for r in pseudo}, min_gap=opts.min_gap)
+        random.Random(opts.seed).shuffle(weak)
+        weak = weak[:opts.engagement_max_pairs]
+    if opts.max_train_pairs and len(train_pairs) > opts.max_train_pairs:
+        train_pairs = random.Random(opts.seed).sample(train_pairs, opts.max_train_pairs)
+    report = TrainReport(data, len(rows), len(train_keys | held_keys), len(train_keys), len(held_keys),
+                         len(train_pairs), len(weak), len(held_pairs), opts.min_gap, opts.seed)
+    if opts.dry_run:
+        return report
+    if not train_pairs + weak or not held_pairs:
+        raise InvalidInput(f"not enough labels: {len(train_pairs) + len(weak)} training and {len(held_pairs)} "
+                           f"held-out pairs with a grade gap of {opts.min_gap}",
+                           "collect more graded deliveries, or lower --min-gap / --holdout")
+    from cairn_cli.ml.training import CrossEncoderModel, bundled_base
+
+    inc = incumbent(settings)
+    base = bundled_base() if opts.base == "bundled" or (opts.base == "incumbent" and inc.base is None) else \
+        (inc.base if opts.base == "incumbent" else Path(opts.base).expanduser())
+    if not Path(base).is_dir():
+        raise NotFound(f"base model {base} does not exist", "pass --base bundled, incumbent or a model directory")
+    report.incumbent, report.base = inc.name, str(base)
+    model = CrossEncoderModel(base, device=opts.device, max_length=opts.max_length or settings.RERANKER_MAX_LENGTH)
+    triples = [(q, b, w) for _, q, b, w in train_pairs + weak]
+    callback = progress(len(triples) * opts.epochs, "training") if progress else None
+    report.train_stats = asdict(model.train_pairwise(triples, epochs=opts.epochs, batch_size=opts.batch_size,
+                                                     lr=opts.lr, margin=opts.margin, seed=opts.seed,
+                                                     progress=callback))
+
+    def student_scorer(query: str, texts: list[str]) -> list[float]:
+        return model.score([(query, t) for t in texts])
+
+    report.student_agreement = round(agreement(student_scorer, held_pairs), 4)
+    report.incumbent_agreement = round(agreement(inc.scorer, held_pairs), 4)
+    report.student_ndcg10 = round(ndcg_at(student_scorer, rows, held_keys), 4)
+    report.incumbent_ndcg10 = round(ndcg_at(inc.scorer, rows, held_keys), 4)
+    report.deploy_margin = opts.deploy_margin
+    report.auto_promote_safe = report.student_agreement >= AUTO_PROMOTE_SAFE
+    passed, report.reason = gate(report.student_agreement, report.incumbent_agreement, opts.deploy_margin)
+    if passed and opts.deploy:
+        student = config.student_path(settings.CROSS_ENCODER_STUDENT_PATH)
+        version = new_version_dir(student)
+        model.save(version)
+        (version / "model_card.json").write_text(json.dumps(_card(report), indent=2) + "\n")
+        previous = deploy(version, student)
+        report.outcome, report.student_dir = "deployed", str(version)
+        state.put(DEPLOY_KEY, {"version": str(version), "previous": str(previous) if previous else None,
+                               "deployed_at": _now(), "card": _card(report)}, settings,
+                  by="cairn train-reranker", reason=report.reason)
+    else:
+        report.outcome = "refused" if not passed else "trained"
+    _record_attempt(report, settings)
+    return report
+
+
+def _card(report: TrainReport) -> dict:
+    return {"created_at": _now(), "base": report.base, "data": report.data, "rows": report.rows,
+            "split": {"seed": report.seed, "train_queries": report.train_queries, "held_queries": report.held_queries,
+                      "min_gap": report.min_gap},
+            "pairs": {"train": report.train_pairs, "engagement": report.engagement_pairs, "held": report.held_pairs},
+            "held_out": {"student_agreement": report.student_agreement, "incumbent": report.incumbent,
+                         "incumbent_agreement": report.incumbent_agreement, "student_ndcg10": report.student_ndcg10,
+                         "incumbent_ndcg10": report.incumbent_ndcg10},
+            "auto_promote_safe": report.auto_promote_safe, "train": report.train_stats}
+
+
+def _record_attempt(report: TrainReport, settings: Settings) -> None:
+    from cairn_cli.db.tables import MemoryDelivery
+
+    labels = MemoryDelivery.select().where(MemoryDelivery.grade.is_null(False)).count()
+    state.put(STATE_KEY, {"at": _now(), "outcome": report.outcome, "reason": report.reason, "labels": labels,
+                          "student_agreement": report.student_agreement,
+                          "incumbent": report.incumbent, "incumbent_agreement": report.incumbent_agreement},
+              settings, by="cairn train-reranker", reason=f"{report.outcome}: {report.reason}")
+
+
+@contextlib.contextmanager
+def run_lock(settings: Settings):
+    """One training run per CAIRN_HOME at a time (cron may overlap a slow run): yields False when it is held."""
+    import fcntl
+
+    path = config.home() / "train-reranker.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def new_labels(settings: Settings) -> tuple[int, int]:
+    """(graded deliveries now, graded deliveries at the last training attempt)."""
+    from cairn_cli.db.tables import MemoryDelivery
+
+    open_stores(settings)
+    now = MemoryDelivery.select().where(MemoryDelivery.grade.is_null(False)).count()
+    last = (state.get(STATE_KEY, settings) or {}).get("labels", 0)
+    return now, int(last)

