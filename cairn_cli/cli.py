@@ -12,7 +12,7 @@ from typing import Annotated, Callable, Optional
 
 import typer
 
-from cairn_cli.commands import daemon, deliveries, engage, hook, labels, memory, rank, train
+from cairn_cli.commands import calibrate, daemon, deliveries, engage, hook, labels, memory, rank, train
 from cairn_cli.commands._common import set_globals
 from cairn_cli.errors import CairnError
 
@@ -65,6 +65,7 @@ COMMANDS: list[tuple[typer.Typer, str, Callable]] = [
     (app, "grade", labels.grade),
     (app, "engage", engage.engage),
     (app, "train-reranker", train.train_reranker),
+    (app, "calibrate-floor", calibrate.calibrate_floor),
     (memory_app, "add", memory.add),
     (memory_app, "import", memory.import_),
     (memory_app, "list", memory.list_),

@@ -36,7 +36,25 @@ def test_student_overrides_everything_on_any_device(tmp_path):
     for facts in (GPU, CPU):
         res = _resolve(tmp_path, facts, student=student)
         assert (res.role, res.floor, res.path) == ("student", -100.0, student)
-        assert res.name == f"student:{student}"
+        assert res.name == f"student:{student.resolve()}"
+
+
+def test_each_student_version_is_its_own_model_with_its_own_calibrated_floor(tmp_path):
+    from cairn_cli.config import Settings
+    from cairn_cli.core import state
+    from cairn_cli.core.reranking import FLOOR_KEY, resolve
+
+    versions = [_model_dir(tmp_path / "v1"), _model_dir(tmp_path / "v2")]
+    link = tmp_path / "live"
+    link.symlink_to(versions[0])
+    s = Settings(CROSS_ENCODER_STUDENT_PATH=str(link))
+    first = resolve(s)
+    assert first.name == f"student:{versions[0]}" and first.floor == -100.0
+    state.put(FLOOR_KEY.format(first.name), -1.5, s, by="test", reason="calibrated")
+    assert resolve(s).floor == -1.5
+    link.unlink()
+    link.symlink_to(versions[1])  # a new version deployed: a new model, back to the configured floor
+    assert resolve(s).name == f"student:{versions[1]}" and resolve(s).floor == -100.0
 
 
 def test_bge_needs_the_flag_cuda_and_enough_vram(tmp_path):

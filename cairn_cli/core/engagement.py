@@ -170,11 +170,12 @@ def turn_memories(session_id: str, turn: int) -> list[MemoryText]:
 
 def engagement_decisions(memories: list[MemoryText], response: str, prompt: str, settings: Settings,
                          embed: Embed | None) -> tuple[list[Decision], list[str]]:
-    """`decide` with the configured thresholds (semantic only when enabled)."""
+    """`decide` with the thresholds in force (the semantic one calibrated, else configured; only when enabled)."""
+    from cairn_cli.core.calibration import engagement_semantic_min
     from cairn_cli.core.cm import strip_block
 
     return decide(memories, strip_block(response), prompt, lexical_min=settings.ENGAGEMENT_LEXICAL_MIN,
-                  semantic_min=settings.ENGAGEMENT_SEMANTIC_MIN, chunk_chars=settings.ENGAGEMENT_CHUNK_CHARS,
+                  semantic_min=engagement_semantic_min(settings), chunk_chars=settings.ENGAGEMENT_CHUNK_CHARS,
                   embed=embed if settings.ENGAGEMENT_SEMANTIC_ENABLED else None)
 
 

@@ -1,7 +1,8 @@
 """Which cross-encoder is live: the resolution chain with this machine's facts and the floors in force.
 
 Floors: a calibrated floor in machine-managed state (`reranker_floor:<model>`, written by calibrate-floor) wins
-over the configured default (CAIRN_RERANKER_FLOOR_*).
+over the configured default (CAIRN_RERANKER_FLOOR_*, and CAIRN_CROSS_ENCODER_STUDENT_FLOOR for a student, whose
+model name is its resolved version directory).
 """
 
 from __future__ import annotations
@@ -29,10 +30,15 @@ def resolve(settings: Settings, facts=None, probe=None):
     from cairn_cli.ml import reranker as rr
 
     kwargs = {"probe": probe} if probe is not None else {}
-    return rr.resolve_reranker(
+    resolution = rr.resolve_reranker(
         enabled=settings.RERANKER_ENABLED, student_path=config.student_path(settings.CROSS_ENCODER_STUDENT_PATH),
         student_floor=settings.CROSS_ENCODER_STUDENT_FLOOR, bge_enabled=settings.RERANKER_BGE_ENABLED,
         min_vram_gb=settings.RERANKER_MIN_VRAM_GB, floors=floors(settings), facts=facts, **kwargs)
+    if resolution.role == rr.STUDENT:  # a floor calibrated for this very student version wins
+        calibrated = state.get(FLOOR_KEY.format(resolution.name), settings)
+        if calibrated is not None:
+            resolution.floor = float(calibrated)
+    return resolution
 
 
 def load_reranker(settings: Settings, resolution=None):

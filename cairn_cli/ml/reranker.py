@@ -90,7 +90,8 @@ def resolve_reranker(*, enabled: bool, student_path: str | Path, student_floor: 
         return Resolution(NONE, NONE, None, float("-inf"), "cpu", "identity", ["reranker disabled"])
     student = Path(student_path).expanduser()
     if _complete(student):
-        return Resolution(STUDENT, f"student:{student}", student, student_floor, "auto", "identity")
+        # the resolved directory: each deployed version is its own model in the provenance (and has its own floor)
+        return Resolution(STUDENT, f"{STUDENT}:{student.resolve()}", student, student_floor, "auto", "identity")
     facts = facts if facts is not None else device_facts()
     if bge_enabled and facts.cuda and facts.vram_gb >= min_vram_gb:
         path = probe(BGE)

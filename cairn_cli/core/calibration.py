@@ -1,0 +1,208 @@
+"""Thresholds set from data, not taste: the reranker floor and the semantic-engagement threshold, from grades.
+
+A delivered memory whose score is under the threshold is dropped (score < floor). The proposal is the HIGHEST
+threshold that still keeps at least `keep` of the grade-3 (load-bearing) memories, which is the one that drops the
+most grade-0 memories under that constraint. Floors are on each model's native score scale (`reranker_score`);
+the engagement threshold is on the cosine scale of `engaged_semantic`. Applying writes machine-managed state
+(`reranker_floor:<model>`, `engagement_semantic_min`) with an audit record.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cairn_cli.config import Settings
+from cairn_cli.core import state
+from cairn_cli.errors import InvalidInput, MissingDependency, NotFound
+
+GRADES = (0, 1, 2, 3)
+RERANKER, ENGAGEMENT = "reranker", "engagement"
+ENGAGEMENT_KEY = "engagement_semantic_min"
+APPLIED_BY = "cairn calibrate-floor"
+
+
+def engagement_semantic_min(settings: Settings) -> float:
+    """The semantic-engagement threshold in force: the calibrated one in machine state, else the configured one."""
+    calibrated = state.get(ENGAGEMENT_KEY, settings)
+    return settings.ENGAGEMENT_SEMANTIC_MIN if calibrated is None else float(calibrated)
+
+
+def current_floor(model: str, settings: Settings) -> float | None:
+    """The floor in force for `model`: calibrated, else configured; None for a model with no floor (external)."""
+    from cairn_cli.core.reranking import FLOOR_KEY, floors
+    from cairn_cli.ml.reranker import STUDENT
+
+    calibrated = state.get(FLOOR_KEY.format(model), settings)
+    if calibrated is not None:
+        return float(calibrated)
+    if model.startswith(STUDENT + ":"):
+        return settings.CROSS_ENCODER_STUDENT_FLOOR
+    return floors(settings).get(model)
+
+
+def propose_floor(scores_by_grade: dict[int, list[float]], keep: float, *, min_grade3: int = 1) -> float:
+    """The highest floor such that at least `keep` of the grade-3 scores are >= it. Refuses thin data."""
+    top = sorted(scores_by_grade.get(3, ()), reverse=True)
+    needed = max(1, min_grade3)
+    if len(top) < needed:
+        raise InvalidInput(f"only {len(top)} grade-3 score(s); calibrating needs at least {needed}",
+                           "grade more deliveries first, or lower --min-grade3")
+    if not 0.0 < keep <= 1.0:
+        raise InvalidInput(f"keep must be in (0, 1], not {keep}", "pass --keep 0.95")
+    kept = max(1, math.ceil(keep * len(top) - 1e-9))  # tolerance for float error: 0.55 * 100 = 55.00000000000001
+    return float(top[kept - 1])
+
+
+def drop_table(scores_by_grade: dict[int, list[float]], floor: float | None) -> dict[int, dict]:
+    """Per grade: n, how many score under `floor` (dropped), their share (None when n = 0). No floor drops none."""
+    out = {}
+    for grade in GRADES:
+        scores = scores_by_grade.get(grade, [])
+        dropped = 0 if floor is None else sum(s < floor for s in scores)
+        out[grade] = {"n": len(scores), "dropped": dropped, "share": dropped / len(scores) if scores else None}
+    return out
+
+
+@dataclass
+class CalibrationReport:
+    target: str
+    model: str | None
+    key: str
+    keep: float
+    current: float | None
+    proposal: float
+    now: dict[int, dict]
+    proposed: dict[int, dict]
+    notes: list[str] = field(default_factory=list)
+    scores: dict[int, list[float]] = field(default_factory=dict, repr=False)
+
+    @property
+    def counts(self) -> dict[int, int]:
+        return {g: row["n"] for g, row in self.now.items()}
+
+    def as_dict(self) -> dict:
+        """JSON-ready (string grade keys, no raw scores)."""
+        return {"target": self.target, "model": self.model, "key": self.key, "keep": self.keep,
+                "current": self.current, "proposal": self.proposal,
+                "counts": {str(g): n for g, n in self.counts.items()},
+                "now": {str(g): row for g, row in self.now.items()},
+                "proposed": {str(g): row for g, row in self.proposed.items()}, "notes": self.notes}
+
+
+def _reranker_scores(model: str) -> dict[int, list[float]]:
+    from cairn_cli.db.tables import MemoryDelivery
+
+    out: dict[int, list[float]] = {g: [] for g in GRADES}
+    rows = (MemoryDelivery.select(MemoryDelivery.grade, MemoryDelivery.score_components)
+            .where((MemoryDelivery.reranker_model == model) & MemoryDelivery.grade.is_null(False)))
+    for row in rows:
+        score = (row.score_components or {}).get("reranker_score")
+        if row.grade in out and isinstance(score, (int, float)) and not isinstance(score, bool):
+            out[row.grade].append(float(score))
+    return out
+
+
+def _engagement_scores() -> dict[int, list[float]]:
+    from cairn_cli.db.tables import MemoryDelivery
+
+    out: dict[int, list[float]] = {g: [] for g in GRADES}
+    rows = (MemoryDelivery.select(MemoryDelivery.grade, MemoryDelivery.engaged_semantic)
+            .where(MemoryDelivery.grade.is_null(False) & MemoryDelivery.engaged_semantic.is_null(False)))
+    for row in rows:
+        if row.grade in out:
+            out[row.grade].append(row.engaged_semantic)
+    return out
+
+
+def _graded_models() -> list[str]:
+    from cairn_cli.db.tables import MemoryDelivery
+
+    return [r.reranker_model for r in MemoryDelivery.select(MemoryDelivery.reranker_model).distinct()
+            .where(MemoryDelivery.grade.is_null(False)).order_by(MemoryDelivery.reranker_model)]
+
+
+def calibrate(settings: Settings, *, target: str = RERANKER, model: str | None = None, keep: float = 0.95,
+              min_grade3: int = 20) -> CalibrationReport:
+    """Propose a threshold for `target` from the graded deliveries (reranker: of `model`, default the live one)."""
+    from cairn_cli.core.reranking import FLOOR_KEY
+    from cairn_cli.core.store import open_stores
+    from cairn_cli.ml.reranker import NONE
+
+    open_stores(settings)
+    notes: list[str] = []
+    if target == ENGAGEMENT:
+        model, key, current = None, ENGAGEMENT_KEY, engagement_semantic_min(settings)
+        scores = _engagement_scores()
+        if not any(scores.values()):
+            raise NotFound("no graded deliveries with a semantic-engagement cosine",
+                           "run `cairn grade` and `cairn engage` with the daemon's embedder first")
+    elif target == RERANKER:
+        if model is None:
+            from cairn_cli.core.reranking import resolve
+
+            model = resolve(settings).name
+        if model == NONE:
+            raise InvalidInput("the live reranker is none: there is no floor to calibrate",
+                               "pass --model with the reranker_model of graded deliveries")
+        key, current = FLOOR_KEY.format(model), current_floor(model, settings)
+        scores = _reranker_scores(model)
+        if not any(scores.values()):
+            graded = ", ".join(_graded_models()) or "none"
+            raise NotFound(f"no graded deliveries with a reranker_score for {model}",
+                           f"pass --model; models with graded deliveries: {graded}")
+        if current is None:
+            notes.append(f"{model} has no configured floor: nothing is dropped now")
+    else:
+        raise InvalidInput(f"unknown target {target!r}", f"pass --target {RERANKER} or --target {ENGAGEMENT}")
+    proposal = propose_floor(scores, keep, min_grade3=min_grade3)
+    return CalibrationReport(target, model, key, keep, current, proposal, drop_table(scores, current),
+                             drop_table(scores, proposal), notes, scores)
+
+
+def apply(report: CalibrationReport, settings: Settings) -> bool:
+    """Write the proposal to machine state with its evidence; False when it was already the value."""
+    g3, g0 = report.proposed[3], report.proposed[0]
+    reason = (f"keeps {g3['n'] - g3['dropped']}/{g3['n']} grade-3 (target {report.keep:.0%}) and drops "
+              f"{g0['dropped']}/{g0['n']} grade-0; was {report.current}")
+    d = report.as_dict()
+    evidence = {k: d[k] for k in ("counts", "keep", "current", "now", "proposed")}
+    return state.put(report.key, report.proposal, settings, by=APPLIED_BY, reason=reason, evidence=evidence)
+
+
+def plot(report: CalibrationReport, path: Path) -> Path:
+    """Score histograms per grade on shared bins, the current threshold (dashed) and the proposal marked; PNG."""
+    try:
+        import numpy as np
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise MissingDependency("--plot needs matplotlib", "pip install 'cairn_cli[plot]'") from None
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise NotFound(f"no such directory: {path.parent}", "create it or pass another --plot path")
+    values = [s for g in GRADES for s in report.scores.get(g, [])]
+    edges = np.histogram_bin_edges(values or [report.proposal], bins=30)
+    lo, hi = float(edges[0]), float(edges[-1])
+    span = (hi - lo) or 1.0
+    lines = [(report.current, "--", "grey", "current"), (report.proposal, "-", "red", "proposed")]
+    lines = [ln for ln in lines if ln[0] is not None and lo - span <= ln[0] <= hi + span]  # off-scale: in the title
+
+    fig = Figure(figsize=(8, 9), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(len(GRADES), 1, sharex=True)
+    for ax, grade in zip(axes, sorted(GRADES, reverse=True)):
+        ax.hist(report.scores.get(grade, []), bins=edges, color="tab:blue")
+        for x, style, color, label in lines:
+            ax.axvline(x, linestyle=style, color=color, label=f"{label} {x:.6g}")
+        ax.set_ylabel(f"grade {grade} (n={report.now[grade]['n']})")
+    axes[0].legend(loc="upper right")
+    axes[-1].set_xlabel("engaged_semantic (cosine)" if report.target == ENGAGEMENT else "reranker_score (native)")
+    what = "semantic-engagement threshold" if report.target == ENGAGEMENT else f"floor of {report.model}"
+    current = "none" if report.current is None else f"{report.current:.6g}"
+    counts = ", ".join(f"g{g}={report.now[g]['n']}" for g in sorted(GRADES, reverse=True))
+    fig.suptitle(f"{what}\ncurrent {current} -> proposed {report.proposal:.6g} "
+                 f"(keep {report.keep:.0%} of grade 3); {counts}", fontsize=10)
+    fig.savefig(path, format="png", dpi=100)
+    return path
