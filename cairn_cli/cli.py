@@ -12,7 +12,7 @@ from typing import Annotated, Callable, Optional
 
 import typer
 
-from cairn_cli.commands import calibrate, daemon, deliveries, engage, hook, labels, memory, rank, train
+from cairn_cli.commands import ab, calibrate, daemon, deliveries, engage, hook, labels, memory, rank, train
 from cairn_cli.commands._common import set_globals
 from cairn_cli.errors import CairnError
 
@@ -21,6 +21,8 @@ app = typer.Typer(name="cairn", no_args_is_help=True, add_completion=False, pret
 memory_app = typer.Typer(no_args_is_help=True, help="The persistent memory store.")
 daemon_app = typer.Typer(no_args_is_help=True, help="The model daemon that keeps the hot path fast.")
 hook_app = typer.Typer(no_args_is_help=True, help="The Claude Code integration: the hooks and their installation.")
+ab_app = typer.Typer(no_args_is_help=True, help="The write-side live A/B of the generation rules.")
+ab_queue_app = typer.Typer(no_args_is_help=True, help="Candidate instructions for arm B.")
 
 
 def handle_errors(fn: Callable) -> Callable:
@@ -82,12 +84,20 @@ COMMANDS: list[tuple[typer.Typer, str, Callable]] = [
     (hook_app, "stop", hook.stop),
     (hook_app, "install", hook.install),
     (hook_app, "uninstall", hook.uninstall),
+    (ab_app, "assign", ab.assign),
+    (ab_app, "status", ab.status),
+    (ab_app, "promote", ab.promote),
+    (ab_app, "selfmod", ab.selfmod),
+    (ab_queue_app, "add", ab.queue_add),
+    (ab_queue_app, "list", ab.queue_list),
 ]
 for _parent, _name, _fn in COMMANDS:
     _parent.command(_name)(handle_errors(_fn))
 app.add_typer(memory_app, name="memory")
 app.add_typer(daemon_app, name="daemon")
 app.add_typer(hook_app, name="hook")
+ab_app.add_typer(ab_queue_app, name="queue")
+app.add_typer(ab_app, name="ab")
 
 
 def main() -> None:

@@ -73,6 +73,15 @@ _SETTINGS = [
     Setting("HOOK_SCOPE", "", str, "Scope the hooks rank and write in (default: the name of the hook's cwd)."),
     Setting("HOOK_TRANSCRIPT_WAIT_MS", 500, int,
             "Stop hook: how long to wait for the response to reach the transcript when the payload lacks it."),
+    Setting("AB_TEST_ENABLED", True, bool,
+            "Assign each main-agent prompt to arm A (live rules) or B (+ the candidate instruction); off: no arms."),
+    Setting("AB_SEED", "", str, "Seed the per-prompt arm draw (tests, simulations); empty: truly random."),
+    Setting("AB_SPRT_P1", 0.7, float, "The A/B test's alternative: P(B wins a session) under H1 (H0: 0.5)."),
+    Setting("AB_ALPHA", 0.05, float, "False-promotion bound of the A/B test, however often cron looks."),
+    Setting("AB_BETA", 0.1, float, "B is retired when the likelihood ratio falls under this (clearly not better)."),
+    Setting("AB_MIN_SESSIONS", 10, int, "Sessions that must be decided (B won or lost) before any A/B decision."),
+    Setting("AB_MIN_GRADES", 10, int, "Agent grades each arm needs before the grade guard can pass."),
+    Setting("AB_GRADE_TOLERANCE", 0.25, float, "The guard: B's mean grade may not be lower than A's by more."),
     Setting("DEBUG", False, bool, "Show tracebacks for unexpected errors."),
 ]
 SETTINGS: dict[str, Setting] = {s.name: s for s in _SETTINGS}

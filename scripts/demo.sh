@@ -43,6 +43,9 @@ python3 -c 'import json, sys; print(json.dumps({"session_id": "demo-hook", "hook
 tail -n 2 "$CAIRN_HOME/logs/hook.log"
 $cairn deliveries --session demo-hook
 
+step "the write-side A/B: each prompt's arm, the versions its memories carry, and how each arm's memories fare"
+$cairn ab status
+
 step "the same prompt with the daemon stopped: the in-process lexical fallback answers and says so"
 $cairn daemon stop
 $cairn rank "${prompts[0]}" --scope webshop --session demo -k 3

@@ -25,6 +25,7 @@ def cairn_home(tmp_path, monkeypatch):
     monkeypatch.setenv("CAIRN_HOME", str(home))
     monkeypatch.setenv("CAIRN_EMBED_MODEL", "hashing")
     monkeypatch.setenv("CAIRN_DAEMON", "off")  # rank in-process unless a test starts a real daemon
+    monkeypatch.setenv("CAIRN_AB_SEED", "tests")  # arms drawn reproducibly
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-empty"))  # no user's cross-encoder leaks into tests
     _common._globals.clear()
     db.close_all()

@@ -18,6 +18,7 @@ import pytest
 from cairn_cli import hook_entry
 from cairn_cli.config import Settings
 from cairn_cli.core import deliveries, memories
+from cairn_cli.core.ab import SHIPPED_B, b_version
 from cairn_cli.core.transcript import read_transcript
 from tests.conftest import shared
 
@@ -67,6 +68,7 @@ def test_replay_real_transcript_through_both_hooks(replay_env, cli, capsys, tmp_
     paraphrased_id = max(m.id for m in memories.list_memories(Settings()))
     s = Settings()
     written_before: int | None = None
+    arms_seen: set = set()
     for i, t in enumerate(turns):
         partial = tmp_path / f"{session}.jsonl"  # the transcript as it stood when the prompt was submitted
         partial.write_text("\n".join(lines[:t.prompt.line_no]) + "\n", encoding="utf-8")
@@ -109,6 +111,11 @@ def test_replay_real_transcript_through_both_hooks(replay_env, cli, capsys, tmp_
             assert memories.get_memory(negative, s).confidence < before[negative]
         # the new memory: stamped with the generation version, the session, embedded by the real model
         new = [m for m in memories.list_memories(s, scope=scope) if m.content.startswith(f"In {session} turn {turn}")]
-        assert len(new) == 1 and new[0].source_ref == "gen-1" and new[0].session_id == session
+        from cairn_cli.core.hookstate import get_turn
+
+        arm = get_turn(session, turn).arm
+        arms_seen.add(arm)
+        assert len(new) == 1 and new[0].session_id == session
+        assert new[0].source_ref == ("gen-1" if arm == "A" else b_version("gen-1", SHIPPED_B))
         assert new[0].embedding_model == "all-MiniLM-L6-v2"
         written_before = new[0].id

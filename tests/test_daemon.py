@@ -116,7 +116,7 @@ def test_real_model_daemon_ranks_and_the_hot_path_stays_light(tmp_path):
         row = [d for d in deliveries(h) if d["session_id"] == "hook" and d["memory_id"] == 1][0]
         assert row["grade"] == 3 and row["engaged_method"] == "semantic" and row["engaged_score"] >= 0.55
         written = json.loads(run(h, "memory", "show", "19", "--json", **extra).stdout)
-        assert written["source_ref"] == "gen-1" and written["embedding_model"] == "all-MiniLM-L6-v2"
+        assert written["source_ref"].startswith("gen-1") and written["embedding_model"] == "all-MiniLM-L6-v2"
         # the daemon sees memories added after it started
         assert run(h, "memory", "add", "Gift cards are redeemed with `shop giftcard redeem CODE`", "--scope",
                    "webshop", **extra).returncode == 0

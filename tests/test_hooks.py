@@ -29,6 +29,12 @@ def stop_payload(message, **extra):
                        **extra}).encode()
 
 
+def arm_version(arm: str | None) -> str:
+    from cairn_cli.core.ab import SHIPPED_B, b_version
+
+    return b_version("gen-1", SHIPPED_B) if arm == "B" else "gen-1"
+
+
 def hook_log(home) -> str:
     path = home / "logs" / "hook.log"
     return path.read_text() if path.exists() else ""
@@ -53,7 +59,9 @@ def test_prompt_hook_ranks_prints_rules_and_memories_and_records_the_turn(store,
     from cairn_cli.core.hookstate import get_turn
 
     turn = get_turn("s1", 1)
-    assert turn.data["prompt"].startswith("integration tests") and turn.data["source_ref"] == "gen-1"
+    assert turn.data["prompt"].startswith("integration tests") and turn.arm in ("A", "B")
+    assert turn.data["source_ref"] == arm_version(turn.arm)  # the version this turn's memories will carry
+    assert out.rstrip().endswith("</cairn-ab>") == (turn.arm == "B")  # B's instruction comes last, only in B
     assert turn.transcript_path == "/nonexistent/s1.jsonl" and turn.is_subagent is False
     assert "transcript ignored" in hook_log(cairn_home)  # a missing transcript is a note, not a failure
     # the next prompt is the next turn
@@ -94,7 +102,10 @@ def test_stop_hook_applies_memories_grades_evidence_and_engagement_once(store, c
     assert memories.get_memory(shown[0], s).corroborations == 1
     assert memories.get_memory(shown[1], s).contradictions == 1
     new = [m for m in memories.list_memories(s) if m.content.startswith("Run make db-up")]
-    assert len(new) == 1 and new[0].source_ref == "gen-1" and new[0].session_id == "s1"
+    from cairn_cli.core.hookstate import get_turn
+
+    assert len(new) == 1 and new[0].session_id == "s1"
+    assert new[0].source_ref == arm_version(get_turn("s1", 1).arm)
     assert new[0].embedding_model == "hashing"
     log = hook_log(cairn_home)
     assert "1 memories written, 2 graded, 1 grades rejected" in log and "outside 0-3" in log
@@ -128,7 +139,7 @@ def test_subagent_events_are_recorded_marked_and_never_graded(store, capsys):
     from cairn_cli.core.hookstate import get_turn
 
     sub = get_turn("s1", 2)
-    assert sub.is_subagent is True and sub.agent_id == "a-1"
+    assert sub.is_subagent is True and sub.agent_id == "a-1" and sub.arm is None  # subagents get no arm
     assert {r.layer for r in deliveries.list_deliveries(Settings(), session_id="s1", turn=2)} == {"subagent"}
     assert hook_entry.run_stop(stop_payload('[cm]{"rg": ["1:3"]}[/cm]', agent_id="a-1", agent_type="Explore")) == 0
     assert all(r.grade is None for r in deliveries.list_deliveries(Settings(), session_id="s1"))

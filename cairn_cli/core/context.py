@@ -21,7 +21,7 @@ INJECTION_TAG = "cairn-memories"
 TRANSCRIPT_TAIL_BYTES = 2_000_000
 
 _DROP_BLOCKS = re.compile(
-    r"<(system-reminder|cairn-memories|cairn-rules|ide_opened_file|ide_selection|command-name|command-message|"
+    r"<(system-reminder|cairn-memories|cairn-rules|cairn-ab|ide_opened_file|ide_selection|command-name|command-message|"
     r"command-args|local-command-stdout|local-command-caveat|task-notification)\b[^>]*>.*?</\1>",
     re.DOTALL | re.IGNORECASE,
 )

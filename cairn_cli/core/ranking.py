@@ -87,11 +87,14 @@ class RankResult:
     timings_ms: dict = field(default_factory=dict)
     rules: str = ""
     generation_version: str | None = None
+    arm: str | None = None
+    arm_instruction: str = ""
 
     @property
     def injection(self) -> str:
-        """What the prompt hook prints: the rules, then the memories (bounded by INJECTION_MAX_CHARS together)."""
-        return "\n".join(part for part in (self.rules, self.block) if part)
+        """What the prompt hook prints: the rules, the memories, and last (after the part of the context that
+        stays the same turn to turn) arm B's instruction; bounded by INJECTION_MAX_CHARS together."""
+        return "\n".join(part for part in (self.rules, self.block, self.arm_instruction) if part)
 
     def as_dict(self) -> dict:
         return {"session_id": self.session_id, "turn": self.turn, "context_key": self.context.key,
@@ -99,7 +102,8 @@ class RankResult:
                 "embed_model": self.embed_model, "ranker": self.ranker, "candidates": self.candidates,
                 "dropped": self.dropped, "delivery_ids": self.delivery_ids, "notes": self.notes, "timings_ms": self.timings_ms,
                 "block": self.block, "rules": self.rules, "injection": self.injection,
-                "generation_version": self.generation_version, "memories": [vars(i) for i in self.items]}
+                "generation_version": self.generation_version, "arm": self.arm,
+                "memories": [vars(i) for i in self.items]}
 
 
 def known_scopes(settings: Settings) -> list[str]:
@@ -360,14 +364,18 @@ class _Clock:
 
 def _deliver(request: RankRequest, settings: Settings, context: ContextWindow, chosen: list[Scored], dropped: dict,
              total: int, engine: RankEngine, *, scope: str | None, notes: list[str]) -> RankResult:
-    from cairn_cli.core import hookstate, rules as generation_rules
+    from cairn_cli.core import ab, hookstate, rules as generation_rules
     from cairn_cli.db.tables import ephemeral_proxy
 
     turn = request.turn if request.turn is not None else deliveries.next_turn(request.session_id, settings)
-    rules_text, version = "", None
+    rules_text, version, arm, b_text = "", None, None, ""
     if request.with_rules or request.log:
         live = generation_rules.live(settings)
         version = live.version
+        if request.hook is not None:  # the write-side A/B: this prompt's arm, and the version its memories carry
+            arm, version, instruction = ab.assign(request.session_id, turn,
+                                                  is_subagent=bool(request.hook.get("is_subagent")), settings=settings)
+            b_text = ab.render_b(instruction, version) if instruction else ""
         if request.with_rules:
             rules_text = generation_rules.render(live, request.scope or GLOBAL_SCOPE)
     embed_model = engine.encoder.name if engine.encoder else None
@@ -379,7 +387,7 @@ def _deliver(request: RankRequest, settings: Settings, context: ContextWindow, c
         items.append(RankedMemory(id=c.id, content=c.content, kind=c.kind, scope=c.scope, confidence=c.confidence,
                                   source_ref=c.source_ref, rank=position, score=round(s.score, 6),
                                   components=s.components))
-    budget = settings.INJECTION_MAX_CHARS - (len(rules_text) + 1 if rules_text else 0)
+    budget = settings.INJECTION_MAX_CHARS - sum(len(t) + 1 for t in (rules_text, b_text) if t)
     block = format_block([vars(i) for i in items], session=request.session_id, turn=turn, context_key=context.key,
                          max_chars=budget)
     items = items[:block.count("<memory ")]
@@ -387,7 +395,7 @@ def _deliver(request: RankRequest, settings: Settings, context: ContextWindow, c
     result = RankResult(session_id=request.session_id, turn=turn, context=context, items=items, block=block,
                         reranker_model=reranker_model, ranker=engine.ranker, embed_model=embed_model,
                         candidates=total, dropped=dropped, notes=list(engine.notes) + context.notes + notes,
-                        rules=rules_text, generation_version=version)
+                        rules=rules_text, generation_version=version, arm=arm, arm_instruction=b_text)
     if request.commit_deadline is not None and time.time() > request.commit_deadline:
         raise DeadlineExceeded("the caller stopped waiting before the deliveries were logged",
                                "raise CAIRN_DAEMON_TIMEOUT_MS")
@@ -398,11 +406,12 @@ def _deliver(request: RankRequest, settings: Settings, context: ContextWindow, c
                                          context_window=context.text, context_key=context.key, rank=i.rank,
                                          final_score=i.score, score_components=i.components,
                                          reranker_model=reranker_model, ranker=engine.ranker, layer=request.layer,
-                                         scope=scope or GLOBAL_SCOPE, arm=(request.hook or {}).get("arm"))
+                                         scope=scope or GLOBAL_SCOPE, arm=arm)
                 for i in items], settings)
         if request.log:  # the turn's prompt, scope and rules version: what Stop and engagement need later
             hookstate.record_turn(request.session_id, turn, context_key=context.key,
-                                  hook={**(request.hook or {}), "prompt": context.prompt, "scope": request.scope,
+                                  hook={**(request.hook or {}), "arm": arm, "prompt": context.prompt,
+                                        "scope": request.scope,
                                         "generation_version": version, "source_ref": version,
                                         "delivered": [i.id for i in items]})
     return result

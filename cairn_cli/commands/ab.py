@@ -1,0 +1,131 @@
+"""`cairn ab assign|status|promote|queue|selfmod`: the write-side live A/B of the generation rules."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from cairn_cli import output
+from cairn_cli.commands._common import settings
+
+Json = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+DryRun = Annotated[bool, typer.Option("--dry-run", help="Show what it would do; change nothing.")]
+
+
+def assign(
+    session: Annotated[str, typer.Option(help="The session of the prompt.")] = ...,
+    turn: Annotated[Optional[int], typer.Option(min=0, help="The turn (default: the session's next).")] = None,
+    subagent: Annotated[bool, typer.Option("--subagent", help="A subagent's prompt: no arm.")] = False,
+    json: Json = False,
+) -> None:
+    """Draw the arm of one prompt and record it in hook_state (what `cairn hook prompt` does for every prompt).
+
+    Example: cairn ab assign --session s1 --json
+    """
+    from cairn_cli.core import ab, deliveries, hookstate
+    from cairn_cli.db.tables import ephemeral_proxy
+
+    s = settings()
+    turn = deliveries.next_turn(session, s) if turn is None else turn
+    arm, version, instruction = ab.assign(session, turn, is_subagent=subagent, settings=s)
+    with ephemeral_proxy.atomic():
+        hookstate.record_turn(session, turn, context_key="", hook={"arm": arm, "is_subagent": subagent,
+                                                                   "source_ref": version})
+    result = {"session_id": session, "turn": turn, "arm": arm, "version": version, "b_instruction": instruction}
+    output.json_out(result) if json else output.text_out(f"turn {turn}: arm {arm or '-'} ({version})")
+
+
+def status(json: Json = False) -> None:
+    """The A/B in force: versions, B's instruction, the queue, each arm's memories and how they fare later.
+
+    Engagement is shown per method (never pooled), with Wilson 95% intervals; the decision is the gate's on the
+    data so far. Example: cairn ab status
+    """
+    from cairn_cli.core import ab
+
+    s = settings()
+    current = ab.arms(s)
+    decision = ab.evaluate(s)
+    if json:
+        output.json_out({"enabled": s.AB_TEST_ENABLED, "versions": current.versions,
+                         "b_instruction": current.b_instruction, "queue": current.queue, "decision": decision.as_dict()})
+        return
+    output.key_values({"enabled": s.AB_TEST_ENABLED, "arm A (live rules)": current.versions.get("A"),
+                       "arm B": current.versions.get("B") or "-", "B's instruction": current.b_instruction or "-",
+                       "queue": "; ".join(current.queue) or "-"}, title="write-side A/B")
+    rows = []
+    for arm in decision.arms or []:
+        row = {"arm": arm["arm"], "version": arm["version"], "memories": arm["memories"], "sessions": arm["sessions"],
+               "delivered later": f"{arm['memories_delivered']} ({arm['deliveries']} deliveries)",
+               "graded": arm["graded"], "mean grade": arm["mean_grade"], "untagged": arm["untagged"]}
+        for method in ("lexical", "semantic"):
+            e = arm["engagement"].get(method)
+            row[f"{method} engaged"] = "-" if not e else f"{e['rate']:.2f} [{e['ci'][0]:.2f}, {e['ci'][1]:.2f}] n={e['n']}"
+        rows.append(row)
+    if rows:
+        output.table(rows, list(rows[0]), title="downstream quality of each arm's memories")
+    output.message(f"decision: {decision.decision} — {decision.reason}")
+
+
+def _decide(dry_run: bool, json: bool, by: str) -> None:
+    from cairn_cli.core import ab
+
+    s = settings()
+    with ab.selfmod_lock() as locked:
+        if not locked:
+            output.message("another `cairn ab` promotion holds the lock; nothing done")
+            return
+        decision = ab.evaluate(s)
+        applied = None
+        if decision.decision in ("promote", "retire") and not dry_run:
+            applied = ab.apply_decision(decision, s, by=by)
+    if json:
+        output.json_out({"decision": decision.as_dict(), "applied": applied, "dry_run": dry_run})
+        return
+    output.message(f"decision: {decision.decision} — {decision.reason}")
+    if applied:
+        output.message(f"applied: A is now {applied['versions']['A']}, B is {applied['versions']['B'] or 'none'}")
+    elif dry_run and decision.decision in ("promote", "retire"):
+        output.message("dry run: nothing changed")
+
+
+def promote(dry_run: DryRun = False, json: Json = False) -> None:
+    """Promote B into A when it beats A on the pre-registered test (or retire it when it clearly loses).
+
+    Never on thin data: the reason says what is missing. Example: cairn ab promote --dry-run
+    """
+    _decide(dry_run, json, "cairn ab promote")
+
+
+def selfmod(dry_run: DryRun = False, json: Json = False) -> None:
+    """The cron entry: evaluate the A/B and apply a promotion or retirement; idempotent, one at a time (a lock).
+
+    Example (crontab): 17 * * * * cairn ab selfmod --json >> ~/.local/share/cairn/logs/ab.log
+    """
+    _decide(dry_run, json, "cairn ab selfmod")
+
+
+def queue_add(
+    instruction: Annotated[str, typer.Argument(help="The candidate instruction for a future arm B.")],
+    json: Json = False,
+) -> None:
+    """Queue a candidate instruction; it becomes arm B when the current B is promoted or retired.
+
+    Example: cairn ab queue add "Name the file a memory is about in its first sentence."
+    """
+    from cairn_cli.core import ab
+
+    queue = ab.queue_add(instruction, settings())
+    current = ab.arms(settings())
+    output.json_out({"queue": queue, "b_instruction": current.b_instruction}) if json else \
+        output.message(f"queue: {len(queue)} candidate(s); arm B: {current.b_instruction}")
+
+
+def queue_list(json: Json = False) -> None:
+    """List the queued candidate instructions. Example: cairn ab queue list"""
+    from cairn_cli.core import ab
+
+    queue = ab.arms(settings()).queue
+    output.json_out(queue) if json else output.table([{"#": i + 1, "instruction": q} for i, q in enumerate(queue)],
+                                                     ["#", "instruction"], title="A/B candidate queue")

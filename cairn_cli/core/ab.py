@@ -1,0 +1,286 @@
+"""The write-side live A/B: does one speculative instruction make the agent write memories that get USED more?
+
+Assignment: each main-agent prompt is randomly given arm A (the live generation rules) or arm B (the same rules
+plus `ab_b_instruction`, printed after the memories, i.e. after the cached part of the context). Subagent prompts
+get no arm. The arm and its version go to hook_state; at Stop the turn's new memories carry the arm's version in
+`source_ref` (`ab_arm_versions`, machine-managed), so every later delivery of a memory knows the arm that wrote it.
+
+Analysis (pre-registered): the unit is the writing SESSION (memories of one session are not independent, and
+randomisation is per prompt inside sessions). For each session that wrote memories under both arms and whose
+memories were later delivered and engagement-tagged `lexical` under both arms, B wins the session when its
+memories' lexical engagement rate is higher, loses when lower (ties drop out). The wins and losses feed a
+one-sided sequential probability ratio test of H0: P(B wins a session) = 0.5 against H1: = AB_SPRT_P1. Its
+likelihood ratio is a non-negative martingale under H0, so by Ville's inequality the chance that it EVER crosses
+1/alpha is at most alpha: cron may look after every session without inflating false promotions. B is promoted
+when the ratio crosses 1/AB_ALPHA, at least AB_MIN_SESSIONS sessions are decided, and the guard holds (B's mean
+agent grade is not more than AB_GRADE_TOLERANCE below A's, on at least AB_MIN_GRADES grades each); it is retired
+when the ratio falls under AB_BETA (B is clearly not better). Semantic-tagged rows are reported, never pooled
+into the test (their rate is 1 by construction).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import random
+from dataclasses import asdict, dataclass, field
+
+from cairn_cli.config import Settings
+from cairn_cli.core import rules as generation_rules
+from cairn_cli.core import state
+from cairn_cli.core.store import open_stores
+from cairn_cli.errors import InvalidInput
+
+VERSIONS_KEY = "ab_arm_versions"
+B_KEY = "ab_b_instruction"
+QUEUE_KEY = "ab_queue"
+AB_TAG = "cairn-ab"
+SHIPPED_B = ("When a memory records a fix, put the symptom a future session will search for (the exact error "
+             "message or failing command) in its keywords.")
+
+
+def b_version(a_version: str, instruction: str) -> str:
+    return f"{a_version}+b{hashlib.sha256(instruction.encode()).hexdigest()[:6]}"
+
+
+@dataclass
+class Arms:
+    versions: dict  # {"A": version, "B": version or None}
+    b_instruction: str | None
+    queue: list
+
+
+def arms(settings: Settings) -> Arms:
+    """The arms in force: machine-managed state, else A = the live rules' version and B = the shipped candidate."""
+    live = generation_rules.live(settings)
+    instruction = state.get(B_KEY, settings, SHIPPED_B)
+    versions = state.get(VERSIONS_KEY, settings) or {"A": live.version,
+                                                     "B": b_version(live.version, instruction) if instruction else None}
+    return Arms(dict(versions), instruction, list(state.get(QUEUE_KEY, settings, [])))
+
+
+def assign(session_id: str, turn: int, *, is_subagent: bool, settings: Settings) -> tuple[str | None, str, str | None]:
+    """(arm or None, the version that stamps the turn's memories, arm B's instruction when B). Seeded per prompt
+    with AB_SEED (tests, simulations), else truly random."""
+    current = arms(settings)
+    if not settings.AB_TEST_ENABLED or is_subagent or not current.b_instruction or not current.versions.get("B"):
+        return None, current.versions["A"], None
+    seed = settings.AB_SEED
+    rng = random.Random(f"{seed}:{session_id}:{turn}") if seed else random.SystemRandom()
+    arm = "B" if rng.random() < 0.5 else "A"
+    return arm, current.versions[arm], current.b_instruction if arm == "B" else None
+
+
+def render_b(instruction: str, version: str) -> str:
+    return f'<{AB_TAG} arm="B" version="{version}">\n- {instruction.strip()}\n</{AB_TAG}>'
+
+
+# -- analysis ---------------------------------------------------------------------------------------------------
+
+def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float | None, float | None]:
+    if n == 0:
+        return None, None
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return round(max(0.0, centre - half), 4), round(min(1.0, centre + half), 4)
+
+
+@dataclass
+class ArmStats:
+    arm: str
+    version: str | None
+    memories: int = 0
+    sessions: int = 0
+    memories_delivered: int = 0
+    deliveries: int = 0
+    graded: int = 0
+    mean_grade: float | None = None
+    engagement: dict = field(default_factory=dict)  # method -> {n, engaged, rate, ci}; never pooled
+    untagged: int = 0
+
+
+@dataclass
+class Decision:
+    decision: str  # promote | retire | continue | off
+    reason: str
+    wins: int = 0
+    losses: int = 0
+    ties: int = 0
+    llr: float = 0.0
+    upper: float = 0.0
+    lower: float = 0.0
+    guard: str = ""
+    arms: list = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def session_outcomes(settings: Settings, versions: dict) -> tuple[dict, list[ArmStats]]:
+    """Per writing session: {arm: (lexical engaged, lexical decided)}; and each arm's descriptive stats."""
+    from cairn_cli.db.tables import Memory, MemoryDelivery
+
+    open_stores(settings)
+    by_version = {v: arm for arm, v in versions.items() if v}
+    mems = list(Memory.select(Memory.id, Memory.session_id, Memory.source_ref)
+                .where(Memory.source_ref.in_(list(by_version))))
+    arm_of = {m.id: by_version[m.source_ref] for m in mems}
+    session_of = {m.id: m.session_id or f"memory-{m.id}" for m in mems}
+    stats = {arm: ArmStats(arm, versions.get(arm)) for arm in ("A", "B")}
+    for m in mems:
+        stats[arm_of[m.id]].memories += 1
+    for arm in stats:
+        stats[arm].sessions = len({session_of[i] for i, a in arm_of.items() if a == arm})
+    per_session: dict[str, dict[str, list[int]]] = {}
+    delivered: dict[str, set[int]] = {"A": set(), "B": set()}
+    grades: dict[str, list[int]] = {"A": [], "B": []}
+    methods: dict[str, dict[str, list[int]]] = {"A": {}, "B": {}}
+    rows = MemoryDelivery.select(MemoryDelivery.memory_id, MemoryDelivery.grade, MemoryDelivery.engaged,
+                                 MemoryDelivery.engaged_method).where(
+        MemoryDelivery.memory_id.in_(list(arm_of)) & (MemoryDelivery.layer != "subagent")) if arm_of else []
+    for r in rows:
+        arm = arm_of[r.memory_id]
+        s = stats[arm]
+        s.deliveries += 1
+        delivered[arm].add(r.memory_id)
+        if r.grade is not None:
+            grades[arm].append(r.grade)
+        if r.engaged is not None:
+            if r.engaged_method is None:
+                s.untagged += 1
+                continue
+            counts = methods[arm].setdefault(r.engaged_method, [0, 0])
+            counts[0] += int(bool(r.engaged))
+            counts[1] += 1
+            if r.engaged_method == "lexical":
+                cell = per_session.setdefault(session_of[r.memory_id], {}).setdefault(arm, [0, 0])
+                cell[0] += int(bool(r.engaged))
+                cell[1] += 1
+    for arm, s in stats.items():
+        s.memories_delivered = len(delivered[arm])
+        s.graded = len(grades[arm])
+        s.mean_grade = round(sum(grades[arm]) / len(grades[arm]), 4) if grades[arm] else None
+        s.engagement = {m: {"n": n, "engaged": e, "rate": round(e / n, 4) if n else None, "ci": wilson(e, n)}
+                        for m, (e, n) in sorted(methods[arm].items())}
+    return per_session, [stats["A"], stats["B"]]
+
+
+def sprt(wins: int, losses: int, *, p1: float, alpha: float, beta: float, min_sessions: int) -> tuple[str, float, str]:
+    """(promote | retire | continue, log likelihood ratio, why) for H1: P(B wins a session) = p1 vs H0: 0.5.
+    Promote needs LR >= 1/alpha (Ville: P_H0(ever) <= alpha, whatever the number of looks) and min_sessions."""
+    llr = wins * math.log(p1 / 0.5) + losses * math.log((1 - p1) / 0.5)
+    upper, lower = math.log(1 / alpha), math.log(beta)
+    tally = f"B won {wins}, lost {losses} sessions"
+    if wins + losses < min_sessions:
+        return "continue", llr, f"thin data: {wins + losses} sessions decided < AB_MIN_SESSIONS {min_sessions} ({tally})"
+    if llr >= upper:
+        return "promote", llr, f"B wins: log LR {llr:.2f} >= {upper:.2f} ({tally})"
+    if llr <= lower:
+        return "retire", llr, f"B is not better: log LR {llr:.2f} <= {lower:.2f} ({tally})"
+    return "continue", llr, f"not yet decided: log LR {llr:.2f} in ({lower:.2f}, {upper:.2f}) ({tally})"
+
+
+def evaluate(settings: Settings) -> Decision:
+    """The pre-registered gate on the data so far (pure read: safe to run as often as cron likes)."""
+    current = arms(settings)
+    if not current.versions.get("B"):
+        return Decision("off", "no arm B: queue a candidate with `cairn ab queue add`")
+    per_session, arm_stats = session_outcomes(settings, current.versions)
+    wins = losses = ties = 0
+    for cells in per_session.values():
+        if "A" in cells and "B" in cells:
+            rate_a, rate_b = cells["A"][0] / cells["A"][1], cells["B"][0] / cells["B"][1]
+            wins, losses, ties = wins + (rate_b > rate_a), losses + (rate_b < rate_a), ties + (rate_b == rate_a)
+    verdict, llr, why = sprt(wins, losses, p1=settings.AB_SPRT_P1, alpha=settings.AB_ALPHA, beta=settings.AB_BETA,
+                             min_sessions=settings.AB_MIN_SESSIONS)
+    d = Decision("continue", why, wins, losses, ties, round(llr, 4), round(math.log(1 / settings.AB_ALPHA), 4),
+                 round(math.log(settings.AB_BETA), 4), arms=[asdict(s) for s in arm_stats])
+    if verdict != "promote":
+        d.decision = verdict
+        return d
+    a, b = arm_stats
+    if a.graded < settings.AB_MIN_GRADES or b.graded < settings.AB_MIN_GRADES:
+        d.guard = f"too few grades for the guard (A {a.graded}, B {b.graded} < {settings.AB_MIN_GRADES})"
+        d.reason = f"{why}, but {d.guard}"
+        return d
+    if b.mean_grade < a.mean_grade - settings.AB_GRADE_TOLERANCE:
+        d.guard = f"B's mean grade {b.mean_grade:.2f} < A's {a.mean_grade:.2f} - {settings.AB_GRADE_TOLERANCE}"
+        d.reason = f"B engages more but the grade guard fails: {d.guard}"
+        return d
+    d.guard = f"B's mean grade {b.mean_grade:.2f} vs A's {a.mean_grade:.2f}: holds"
+    d.decision, d.reason = "promote", f"{why}; {d.guard}"
+    return d
+
+
+def _bump(version: str) -> str:
+    head, _, tail = version.rpartition("-")
+    return f"{head}-{int(tail) + 1}" if head and tail.isdigit() else f"{version}-2"
+
+
+def apply_decision(d: Decision, settings: Settings, *, by: str) -> dict:
+    """Promote (A's rules + B's instruction become the live rules, the version is bumped) or retire B; either way
+    the next queued candidate becomes B. One transaction, every key audited with the numbers."""
+    from cairn_cli.db.tables import memory_proxy
+
+    if d.decision not in ("promote", "retire"):
+        raise InvalidInput(f"nothing to apply: the decision is {d.decision} ({d.reason})", "wait for more sessions")
+    current = arms(settings)
+    live = generation_rules.live(settings)
+    evidence = {k: v for k, v in d.as_dict().items() if k != "arms"}
+    evidence["arms"] = [{k: s[k] for k in ("arm", "version", "memories", "sessions", "deliveries", "mean_grade",
+                                           "engagement")} for s in d.arms]
+    with memory_proxy.atomic():
+        version = live.version
+        if d.decision == "promote":
+            version = _bump(live.version)
+            state.put(generation_rules.RULES_KEY, f"{live.text}\n- {current.b_instruction.strip()}", settings, by=by,
+                      reason=f"promoted B ({current.versions['B']}): {d.reason}", evidence=evidence)
+            state.put(generation_rules.VERSION_KEY, version, settings, by=by, reason=f"promotion of {current.versions['B']}")
+        queue = list(current.queue)
+        nxt = queue.pop(0) if queue else None
+        state.put(QUEUE_KEY, queue, settings, by=by, reason=f"{d.decision}: next candidate taken" if nxt else d.decision)
+        state.put(B_KEY, nxt, settings, by=by, reason=f"{d.decision} of {current.versions['B']}", evidence=evidence)
+        versions = {"A": version, "B": b_version(version, nxt) if nxt else None}
+        state.put(VERSIONS_KEY, versions, settings, by=by, reason=f"{d.decision}: {d.reason}", evidence=evidence)
+    return {"decision": d.decision, "versions": versions, "b_instruction": nxt, "generation_version": version}
+
+
+def queue_add(instruction: str, settings: Settings) -> list:
+    text = " ".join(instruction.split())
+    if not text:
+        raise InvalidInput("the instruction is empty", 'pass the candidate: cairn ab queue add "..."')
+    current = arms(settings)
+    if text in current.queue or text == current.b_instruction:
+        return current.queue
+    if not current.b_instruction:  # no experiment running: the candidate becomes B at once
+        versions = {"A": current.versions["A"], "B": b_version(current.versions["A"], text)}
+        state.put(B_KEY, text, settings, by="cairn ab queue add", reason="new arm B (the queue was empty)")
+        state.put(VERSIONS_KEY, versions, settings, by="cairn ab queue add", reason="new arm B")
+        return current.queue
+    queue = current.queue + [text]
+    state.put(QUEUE_KEY, queue, settings, by="cairn ab queue add", reason="candidate queued")
+    return queue
+
+
+@contextlib.contextmanager
+def selfmod_lock():
+    """One promotion at a time per CAIRN_HOME (cron and an operator may overlap): yields False when held."""
+    import fcntl
+
+    from cairn_cli import config
+
+    path = config.home() / "ab-selfmod.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
