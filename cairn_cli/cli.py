@@ -12,7 +12,7 @@ from typing import Annotated, Callable, Optional
 
 import typer
 
-from cairn_cli.commands import ab, calibrate, daemon, deliveries, engage, hook, labels, memory, rank, train
+from cairn_cli.commands import ab, calibrate, daemon, deliveries, engage, hook, labels, memory, rank, stats, train
 from cairn_cli.commands._common import set_globals
 from cairn_cli.errors import CairnError
 
@@ -23,6 +23,7 @@ daemon_app = typer.Typer(no_args_is_help=True, help="The model daemon that keeps
 hook_app = typer.Typer(no_args_is_help=True, help="The Claude Code integration: the hooks and their installation.")
 ab_app = typer.Typer(no_args_is_help=True, help="The write-side live A/B of the generation rules.")
 ab_queue_app = typer.Typer(no_args_is_help=True, help="Candidate instructions for arm B.")
+stats_app = typer.Typer(no_args_is_help=True, help="What the labels say: deliveries, label volume, floors.")
 
 
 def handle_errors(fn: Callable) -> Callable:
@@ -90,6 +91,9 @@ COMMANDS: list[tuple[typer.Typer, str, Callable]] = [
     (ab_app, "selfmod", ab.selfmod),
     (ab_queue_app, "add", ab.queue_add),
     (ab_queue_app, "list", ab.queue_list),
+    (stats_app, "deliveries", stats.deliveries),
+    (stats_app, "labels", stats.labels),
+    (stats_app, "floors", stats.floors),
 ]
 for _parent, _name, _fn in COMMANDS:
     _parent.command(_name)(handle_errors(_fn))
@@ -98,6 +102,7 @@ app.add_typer(daemon_app, name="daemon")
 app.add_typer(hook_app, name="hook")
 ab_app.add_typer(ab_queue_app, name="queue")
 app.add_typer(ab_app, name="ab")
+app.add_typer(stats_app, name="stats")
 
 
 def main() -> None:

@@ -5,15 +5,15 @@ import sys
 
 import pytest
 
-from cairn_cli.cli import COMMANDS, ab_app, ab_queue_app, app, daemon_app, hook_app, memory_app
+from cairn_cli.cli import COMMANDS, ab_app, ab_queue_app, app, daemon_app, hook_app, memory_app, stats_app
 from tests.conftest import ROOT
 
 GROUPS = {id(app): "", id(memory_app): "memory ", id(daemon_app): "daemon ", id(hook_app): "hook ", id(ab_app): "ab ",
-          id(ab_queue_app): "ab queue "}
+          id(ab_queue_app): "ab queue ", id(stats_app): "stats "}
 ALL = [f"{GROUPS[id(parent)]}{name}" for parent, name, _ in COMMANDS]
 
 
-@pytest.mark.parametrize("command", ["", "memory", "daemon", "hook", "ab", "ab queue"] + ALL)
+@pytest.mark.parametrize("command", ["", "memory", "daemon", "hook", "ab", "ab queue", "stats"] + ALL)
 def test_every_help_works(cli, command):
     result = cli(*command.split(), "--help")
     assert result.exit_code == 0, result.output

@@ -8,8 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from cairn_cli import output
-from cairn_cli.commands._common import settings
-from cairn_cli.hotpath import read_text_arg
+from cairn_cli.commands._common import read_response, settings
 
 
 def engage(
@@ -42,12 +41,8 @@ def engage(
             raise NotFound(f"no such transcript: {transcript}", "pass the session's .jsonl path")
         turns = read_transcript(transcript).turns()
         text = "\n".join(m.text for m in turns[-1].responses if m.text) if turns else ""
-    elif file is not None:
-        if not file.is_file():
-            raise NotFound(f"no such file: {file}", "pass the path of the response text")
-        text = file.read_bytes().decode("utf-8", errors="replace")
     else:
-        text = read_text_arg(response, "response", "pass the response text, --file PATH, or pipe it on stdin")
+        text = read_response(response, file)
     if not text.strip():
         raise InvalidInput("the response is empty", "pass the response text the memories were delivered for")
     report = apply_engagement(session, text, settings(), turn=turn, prompt=prompt, embed=dispatch.embed)

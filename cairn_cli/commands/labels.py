@@ -8,8 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from cairn_cli import output
-from cairn_cli.commands._common import settings
-from cairn_cli.hotpath import read_text_arg
+from cairn_cli.commands._common import read_response, settings
 
 
 def grade(
@@ -29,15 +28,9 @@ def grade(
     """
     from cairn_cli.core.cm import parse_cm
     from cairn_cli.core.labels import apply_relevance_grades
-    from cairn_cli.errors import InvalidInput, NotFound
+    from cairn_cli.errors import InvalidInput
 
-    if file is not None:
-        if not file.is_file():
-            raise NotFound(f"no such file: {file}", "pass the path of the response text")
-        text = file.read_bytes().decode("utf-8", errors="replace")
-    else:
-        text = read_text_arg(response, "response", "pass the response text, --file PATH, or pipe it on stdin")
-    cm = parse_cm(text)
+    cm = parse_cm(read_response(response, file))
     if not cm.found:
         raise InvalidInput("the response has no [cm] block", "see docs/cm-block.md for the format")
     report = apply_relevance_grades(cm, session, settings(), turn=turn)

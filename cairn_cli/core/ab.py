@@ -20,7 +20,6 @@ into the test (their rate is 1 by construction).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import math
 import random
@@ -29,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from cairn_cli.config import Settings
 from cairn_cli.core import rules as generation_rules
 from cairn_cli.core import state
+from cairn_cli.core.stats import wilson
 from cairn_cli.core.store import open_stores
 from cairn_cli.errors import InvalidInput
 
@@ -77,16 +77,6 @@ def render_b(instruction: str, version: str) -> str:
 
 
 # -- analysis ---------------------------------------------------------------------------------------------------
-
-def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float | None, float | None]:
-    if n == 0:
-        return None, None
-    p = successes / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return round(max(0.0, centre - half), 4), round(min(1.0, centre + half), 4)
-
 
 @dataclass
 class ArmStats:
@@ -163,7 +153,8 @@ def session_outcomes(settings: Settings, versions: dict) -> tuple[dict, list[Arm
         s.memories_delivered = len(delivered[arm])
         s.graded = len(grades[arm])
         s.mean_grade = round(sum(grades[arm]) / len(grades[arm]), 4) if grades[arm] else None
-        s.engagement = {m: {"n": n, "engaged": e, "rate": round(e / n, 4) if n else None, "ci": wilson(e, n)}
+        s.engagement = {m: {"n": n, "engaged": e, "rate": round(e / n, 4) if n else None,
+                            "ci": tuple(None if x is None else round(x, 4) for x in wilson(e, n))}
                         for m, (e, n) in sorted(methods[arm].items())}
     return per_session, [stats["A"], stats["B"]]
 
@@ -265,22 +256,8 @@ def queue_add(instruction: str, settings: Settings) -> list:
     return queue
 
 
-@contextlib.contextmanager
 def selfmod_lock():
     """One promotion at a time per CAIRN_HOME (cron and an operator may overlap): yields False when held."""
-    import fcntl
+    from cairn_cli.core.locks import home_lock
 
-    from cairn_cli import config
-
-    path = config.home() / "ab-selfmod.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a+") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    return home_lock("ab-selfmod")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from cairn_cli.config import Settings
 from cairn_cli.core import state
-from cairn_cli.errors import InvalidInput, MissingDependency, NotFound
+from cairn_cli.errors import InvalidInput, NotFound
 
 GRADES = (0, 1, 2, 3)
 RERANKER, ENGAGEMENT = "reranker", "engagement"
@@ -173,15 +173,11 @@ def apply(report: CalibrationReport, settings: Settings) -> bool:
 
 def plot(report: CalibrationReport, path: Path) -> Path:
     """Score histograms per grade on shared bins, the current threshold (dashed) and the proposal marked; PNG."""
-    try:
-        import numpy as np
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise MissingDependency("--plot needs matplotlib", "pip install 'cairn_cli[plot]'") from None
-    path = Path(path)
-    if not path.parent.is_dir():
-        raise NotFound(f"no such directory: {path.parent}", "create it or pass another --plot path")
+    import numpy as np
+
+    from cairn_cli.core.plotting import figure
+
+    fig, path = figure(path, (8, 9))
     values = [s for g in GRADES for s in report.scores.get(g, [])]
     edges = np.histogram_bin_edges(values or [report.proposal], bins=30)
     lo, hi = float(edges[0]), float(edges[-1])
@@ -189,8 +185,6 @@ def plot(report: CalibrationReport, path: Path) -> Path:
     lines = [(report.current, "--", "grey", "current"), (report.proposal, "-", "red", "proposed")]
     lines = [ln for ln in lines if ln[0] is not None and lo - span <= ln[0] <= hi + span]  # off-scale: in the title
 
-    fig = Figure(figsize=(8, 9), layout="constrained")
-    FigureCanvasAgg(fig)
     axes = fig.subplots(len(GRADES), 1, sharex=True)
     for ax, grade in zip(axes, sorted(GRADES, reverse=True)):
         ax.hist(report.scores.get(grade, []), bins=edges, color="tab:blue")

@@ -13,7 +13,6 @@ killed run leaves the live student untouched; the previous version stays for `--
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import json
 import math
@@ -388,6 +387,8 @@ def train_reranker(settings: Settings, opts: TrainOptions, *,
                                                      lr=opts.lr, margin=opts.margin, seed=opts.seed,
                                                      progress=callback))
 
+    model.serve_mode()
+
     def student_scorer(query: str, texts: list[str]) -> list[float]:
         return model.score([(query, t) for t in texts])
 
@@ -435,23 +436,11 @@ def _record_attempt(report: TrainReport, settings: Settings) -> None:
               settings, by="cairn train-reranker", reason=f"{report.outcome}: {report.reason}")
 
 
-@contextlib.contextmanager
 def run_lock(settings: Settings):
     """One training run per CAIRN_HOME at a time (cron may overlap a slow run): yields False when it is held."""
-    import fcntl
+    from cairn_cli.core.locks import home_lock
 
-    path = config.home() / "train-reranker.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a+") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    return home_lock("train-reranker")
 
 
 def new_labels(settings: Settings) -> tuple[int, int]:

@@ -133,6 +133,15 @@ class CrossEncoderModel:
         return TrainStats(len(triples), step, round(time.time() - t0, 1), round(loss_value, 4),
                           round(_peak_rss_mb(), 1), self.device, self.bf16)
 
+    def serve_mode(self) -> "CrossEncoderModel":
+        """After training: bf16 weights instead of autocast where bf16 is on (what the daemon serves; autocast
+        re-casts every weight on every call). `save` writes fp32 again."""
+        if self.bf16 and self.device == "cpu":
+            self.model.to(self.torch.bfloat16)
+            self.bf16 = False  # the weights are bf16 now: no autocast on top
+        self.model.eval()
+        return self
+
     def save(self, path: str | Path) -> None:
         """Weights (fp32), config and tokenizer: a directory `CrossEncoder` and `resolve_reranker` both load."""
         path = Path(path)

@@ -1,0 +1,313 @@
+"""Statistics over the delivery log: grades and engagement per generation version and reranker model, label volume
+over time, and the share of load-bearing (grade-3) memories each model's floor drops.
+
+Invariant 5: a rate is only ever computed within one `engaged_method` tag. Untagged decided rows (engaged set,
+method NULL) are counted apart and never enter a rate. Every Wilson interval here counts deliveries as
+independent, which they are not (one session delivers many); for an A/B decision use per-session outcomes
+(`session_rate` in `arm_engagement`, invariant 8).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from cairn_cli.config import Settings
+from cairn_cli.core.store import open_stores
+from cairn_cli.errors import InvalidInput
+
+GRADES = (0, 1, 2, 3)
+METHODS = ("lexical", "semantic")  # the known tags, listed first; any other tag gets its own rate too
+NO_VERSION = "(none)"
+UNTAGGED = "untagged"
+ALARM_SHARE = 0.10  # a floor dropping more than this share of grade-3 deliveries is flagged
+BUCKETS = ("day", "week", "month")
+_CHUNK = 500  # ids per IN (...) query: under SQLite's bound-variable limit
+
+
+def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float | None, float | None]:
+    """Wilson score interval of successes/n; (None, None) when n = 0."""
+    if n == 0:
+        return None, None
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def parse_since(text: str | None) -> dt.datetime | None:
+    """An ISO date or datetime as naive UTC (what the log stores); an aware value is converted to UTC."""
+    if text is None:
+        return None
+    try:
+        value = dt.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise InvalidInput(f"--since {text!r} is not an ISO date or datetime",
+                           "write --since 2024-05-01 or --since 2024-05-01T12:00") from None
+    if value.tzinfo is not None:
+        value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    return value
+
+
+def method_order(methods) -> list[str]:
+    """Known tags first (lexical, semantic), then any other tag alphabetically."""
+    methods = set(methods)
+    return [m for m in METHODS if m in methods] + sorted(methods - set(METHODS))
+
+
+def _rate_cell(engaged: int, n: int) -> dict:
+    low, high = wilson(engaged, n)
+    return {"n": n, "engaged": engaged, "rate": engaged / n if n else None, "ci_low": low, "ci_high": high}
+
+
+def _deliveries(since: dt.datetime | None, session: str | None, *fields):
+    from cairn_cli.db.tables import MemoryDelivery
+
+    query = MemoryDelivery.select(*fields).order_by(MemoryDelivery.id)
+    if since is not None:
+        query = query.where(MemoryDelivery.delivered_at >= since)
+    if session:
+        query = query.where(MemoryDelivery.session_id == session)
+    return list(query)
+
+
+def _memories(ids) -> dict[int, tuple[str, str]]:
+    """memory id -> (generation version, writing session); the memory store is another database: no join."""
+    from cairn_cli.db.tables import Memory
+
+    ids, out = sorted(set(ids)), {}
+    for i in range(0, len(ids), _CHUNK):
+        for m in Memory.select(Memory.id, Memory.source_ref, Memory.session_id).where(
+                Memory.id.in_(ids[i:i + _CHUNK])):
+            out[m.id] = (m.source_ref or NO_VERSION, m.session_id or f"memory-{m.id}")
+    return out
+
+
+# -- deliveries ---------------------------------------------------------------------------------------------------
+
+@dataclass
+class GroupStats:
+    version: str
+    reranker_model: str
+    deliveries: int = 0
+    sessions: int = 0
+    graded: int = 0
+    graded_share: float | None = None
+    mean_grade: float | None = None
+    grade_hist: dict[int, int] = field(default_factory=lambda: dict.fromkeys(GRADES, 0))
+    hard_negatives: int = 0
+    engagement: dict[str, dict] = field(default_factory=dict)  # method -> {n, engaged, rate, ci_low, ci_high}
+    untagged: dict[str, int] = field(default_factory=lambda: {"n": 0, "undecided": 0})
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def delivery_stats(settings: Settings, *, since: dt.datetime | None = None,
+                   session: str | None = None) -> list[GroupStats]:
+    """One group per (generation version of the delivered memory, reranker model), sorted by both."""
+    from cairn_cli.db.tables import MemoryDelivery as D
+
+    open_stores(settings)
+    rows = _deliveries(since, session, D.session_id, D.memory_id, D.reranker_model, D.grade, D.hard_negative,
+                       D.engaged, D.engaged_method)
+    versions = _memories(r.memory_id for r in rows)
+    groups: dict[tuple[str, str], GroupStats] = {}
+    sessions: dict[tuple[str, str], set] = {}
+    grades: dict[tuple[str, str], list[int]] = {}
+    tallies: dict[tuple[str, str], dict[str, list[int]]] = {}
+    for r in rows:
+        key = (versions.get(r.memory_id, (NO_VERSION,))[0], r.reranker_model)
+        g = groups.setdefault(key, GroupStats(*key))
+        g.deliveries += 1
+        sessions.setdefault(key, set()).add(r.session_id)
+        if r.grade is not None:
+            grades.setdefault(key, []).append(r.grade)
+            if r.grade in g.grade_hist:
+                g.grade_hist[r.grade] += 1
+        g.hard_negatives += bool(r.hard_negative)
+        if r.engaged is None:
+            g.untagged["undecided"] += 1
+        elif r.engaged_method is None:
+            g.untagged["n"] += 1  # decided but untagged: reported apart, never in a rate
+        else:
+            cell = tallies.setdefault(key, {}).setdefault(r.engaged_method, [0, 0])
+            cell[0] += bool(r.engaged)
+            cell[1] += 1
+    for key, g in groups.items():
+        g.sessions = len(sessions[key])
+        got = grades.get(key, [])
+        g.graded, g.graded_share = len(got), len(got) / g.deliveries
+        g.mean_grade = sum(got) / len(got) if got else None
+        tally = tallies.get(key, {})
+        g.engagement = {m: _rate_cell(*tally[m]) for m in method_order(tally)}
+    return [groups[k] for k in sorted(groups)]
+
+
+# -- engagement by generation version (the A/B's view) ----------------------------------------------------------
+
+@dataclass
+class ArmEngagement:
+    arm: str | None  # version_arms[version], None when the version is in no arm
+    version: str
+    method: str  # an engaged_method tag, or "untagged" (counted, never rated)
+    n: int
+    engaged: int | None
+    rate: float | None
+    ci_low: float | None
+    ci_high: float | None
+    sessions: int  # distinct writing sessions of the delivered memories: the A/B's unit
+    session_rate: float | None  # mean over those sessions of each one's rate (invariant 8)
+
+
+def arm_engagement(settings: Settings, *, since: dt.datetime | None = None, session: str | None = None,
+                   version_arms: dict[str, str] | None = None) -> list[ArmEngagement]:
+    """Engagement per (version the memory was written under, method), with the arm that version belongs to."""
+    from cairn_cli.db.tables import MemoryDelivery as D
+
+    open_stores(settings)
+    version_arms = version_arms or {}
+    rows = [r for r in _deliveries(since, session, D.memory_id, D.engaged, D.engaged_method)
+            if r.engaged is not None]
+    memories = _memories(r.memory_id for r in rows)
+    cells: dict[tuple[str, str], dict[str, list[int]]] = {}  # (version, method) -> writing session -> [e, n]
+    for r in rows:
+        version, writer = memories.get(r.memory_id, (NO_VERSION, f"memory-{r.memory_id}"))
+        cell = cells.setdefault((version, r.engaged_method or UNTAGGED), {}).setdefault(writer, [0, 0])
+        cell[0] += bool(r.engaged)
+        cell[1] += 1
+    out = []
+    for version in sorted({v for v, _ in cells}):
+        methods = [m for v, m in cells if v == version]
+        for method in method_order(set(methods) - {UNTAGGED}) + ([UNTAGGED] if UNTAGGED in methods else []):
+            per_session = cells[(version, method)]
+            n = sum(c[1] for c in per_session.values())
+            if method == UNTAGGED:
+                out.append(ArmEngagement(version_arms.get(version), version, method, n, None, None, None, None,
+                                         len(per_session), None))
+                continue
+            engaged = sum(c[0] for c in per_session.values())
+            rate = _rate_cell(engaged, n)
+            out.append(ArmEngagement(version_arms.get(version), version, method, n, engaged, rate["rate"],
+                                     rate["ci_low"], rate["ci_high"], len(per_session),
+                                     sum(e / k for e, k in per_session.values()) / len(per_session)))
+    return out
+
+
+# -- label volume -------------------------------------------------------------------------------------------------
+
+def _period(when: dt.datetime, bucket: str) -> str:
+    if bucket == "week":
+        year, week, _ = when.isocalendar()
+        return f"{year}-W{week:02d}"
+    return when.strftime("%Y-%m" if bucket == "month" else "%Y-%m-%d")
+
+
+def label_volume(settings: Settings, *, since: dt.datetime | None = None, session: str | None = None,
+                 bucket: str = "day") -> list[dict]:
+    """Labels made per period and per source: agent grades, engagement per method, untagged engagement.
+
+    A label is dated by its own timestamp (graded_at, engaged_at), else by the delivery's; `since` applies to it.
+    """
+    from cairn_cli.db.tables import MemoryDelivery as D
+
+    if bucket not in BUCKETS:
+        raise InvalidInput(f"unknown bucket {bucket!r}", f"pass one of {', '.join(BUCKETS)}")
+    open_stores(settings)
+    query = D.select(D.delivered_at, D.grade, D.graded_at, D.engaged, D.engaged_method, D.engaged_at).where(
+        D.grade.is_null(False) | D.engaged.is_null(False))
+    if session:
+        query = query.where(D.session_id == session)
+    counts: dict[str, dict[str, int]] = {}
+    methods = set(METHODS)
+    for r in query:
+        labels = []
+        if r.grade is not None:
+            labels.append(("grades", r.graded_at or r.delivered_at))
+        if r.engaged is not None:
+            methods.add(r.engaged_method or UNTAGGED)
+            labels.append((f"engagement_{r.engaged_method or UNTAGGED}", r.engaged_at or r.delivered_at))
+        for source, when in labels:
+            if since is None or when >= since:
+                period = counts.setdefault(_period(when, bucket), {})
+                period[source] = period.get(source, 0) + 1
+    ordered = ["grades", *(f"engagement_{m}" for m in method_order(methods - {UNTAGGED})), f"engagement_{UNTAGGED}"]
+    return [{"period": p, **{s: counts[p].get(s, 0) for s in ordered}} for p in sorted(counts)]
+
+
+# -- floors -------------------------------------------------------------------------------------------------------
+
+@dataclass
+class FloorStats:
+    model: str
+    floor: float | None  # None: the model has no floor, nothing is under it
+    grade3: int
+    grade3_under: int
+    share_under: float | None
+    by_grade: dict[int, dict]  # grade -> {n, under}
+    alarm: bool
+
+
+def floor_stats(settings: Settings, *, since: dt.datetime | None = None, session: str | None = None,
+                alarm_share: float = ALARM_SHARE) -> list[FloorStats]:
+    """Per reranker model with graded deliveries carrying a reranker_score: how many of each grade score under the
+    floor in force now; `alarm` when more than `alarm_share` of the grade-3 ones do."""
+    from cairn_cli.core.calibration import current_floor, drop_table
+    from cairn_cli.db.tables import MemoryDelivery as D
+
+    open_stores(settings)
+    scores: dict[str, dict[int, list[float]]] = {}
+    for r in _deliveries(since, session, D.reranker_model, D.grade, D.score_components):
+        score = (r.score_components or {}).get("reranker_score")
+        if r.grade in GRADES and isinstance(score, (int, float)) and not isinstance(score, bool):
+            scores.setdefault(r.reranker_model, {g: [] for g in GRADES})[r.grade].append(float(score))
+    out = []
+    for model in sorted(scores):
+        floor = current_floor(model, settings)
+        table = drop_table(scores[model], floor)
+        top = table[3]
+        out.append(FloorStats(model, floor, top["n"], top["dropped"], top["share"],
+                              {g: {"n": row["n"], "under": row["dropped"]} for g, row in table.items()},
+                              top["share"] is not None and top["share"] > alarm_share))
+    return out
+
+
+# -- plot ---------------------------------------------------------------------------------------------------------
+
+def plot(path: Path, groups: list[GroupStats], engagement: list[ArmEngagement]) -> Path:
+    """PNG, two panels: the grade histogram per generation version (all models), and the engagement rate per
+    version (and arm) and method with Wilson error bars. Untagged rows have no rate and are not drawn."""
+    import numpy as np
+
+    from cairn_cli.core.plotting import figure
+
+    fig, path = figure(path, (9, 8))
+    hists: dict[str, np.ndarray] = {}
+    for g in groups:
+        hists[g.version] = hists.get(g.version, np.zeros(len(GRADES))) + [g.grade_hist[k] for k in GRADES]
+    rated = [e for e in engagement if e.rate is not None]
+
+    top, bottom = fig.subplots(2, 1)
+    width = 0.8 / max(1, len(hists))
+    for i, (version, counts) in enumerate(sorted(hists.items())):
+        top.bar(np.arange(len(GRADES)) + i * width, counts, width, label=f"{version} (n={int(counts.sum())})")
+    top.set_xticks(np.arange(len(GRADES)) + width * (len(hists) - 1) / 2, [f"grade {g}" for g in GRADES])
+    top.set_ylabel("graded deliveries")
+    top.set_title("grade histogram per generation version")
+    if hists:
+        top.legend(loc="upper left")
+    for i, e in enumerate(rated):
+        err = [[e.rate - e.ci_low], [e.ci_high - e.rate]]
+        bottom.errorbar([i], [e.rate], yerr=err, fmt="o", capsize=4,
+                        color="tab:blue" if e.method == "lexical" else "tab:orange")
+    bottom.set_xticks(range(len(rated)), [f"{e.arm + ': ' if e.arm else ''}{e.version}\n{e.method} (n={e.n})"
+                                          for e in rated], fontsize=8)
+    bottom.set_xlim(-0.5, max(1, len(rated)) - 0.5)
+    bottom.set_ylim(0, 1)
+    bottom.set_ylabel("engagement rate (Wilson 95%)")
+    bottom.set_title("engagement per version and method (methods never pooled)")
+    fig.savefig(path, format="png", dpi=100)
+    return path
