@@ -253,3 +253,31 @@ def test_the_lean_entry_accepts_exactly_the_typer_options():
     typer_opts = {o for p in command.params for o in p.opts if o.startswith("-")}
     lean_opts = {o for a in _rank_parser()._actions for o in a.option_strings}
     assert lean_opts == typer_opts
+
+
+def test_the_daemon_picks_up_a_newly_deployed_student_without_a_restart(home):
+    from cairn_cli.core import training
+    from cairn_cli.ml.training import CrossEncoderModel, bundled_base
+
+    pid = start(home)["pid"]
+    first = rank_json(home, "how are prices stored?", "--scope", "webshop")
+    assert first["reranker_model"] == "none"
+    live = home / "training_data" / "reranker-student"
+    model = CrossEncoderModel(bundled_base(), max_length=64)
+    names = []
+    for _ in range(2):  # two deployments, as train-reranker makes them: a new version, then the atomic swap
+        version = training.new_version_dir(live)
+        model.save(version)
+        training.deploy(version, live)
+        deadline, result = time.time() + 90, None
+        while time.time() < deadline:  # loaded in the background: every answer meanwhile is the daemon's own
+            result = rank_json(home, "how are prices stored?", "--scope", "webshop")
+            assert result["ranker"] == "cairn", result["notes"]
+            if result["reranker_model"] == f"student:{version.resolve()}":
+                break
+            time.sleep(0.5)
+        assert result["reranker_model"] == f"student:{version.resolve()}"
+        assert "reranker_score" in result["memories"][0]["components"]
+        names.append(result["reranker_model"])
+    assert names[0] != names[1]
+    assert status(home)[1]["pid"] == pid  # the same daemon process throughout

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import fcntl
 import gc
@@ -55,6 +56,7 @@ class Daemon:
         self.requests = 0
         self.engine = None
         self.reranker_sig = None
+        self.loading_sig = None
         self.state = "loading"
 
     # -- models -------------------------------------------------------------------------------------------
@@ -68,7 +70,7 @@ class Daemon:
 
             torch.set_num_threads(threads)
         self.engine = RankEngine(get_encoder(self.settings.EMBED_MODEL, self.settings.EMBED_DTYPE))
-        self.refresh_reranker(self.settings)
+        self.refresh_reranker(self.settings, wait=True)
         t0 = time.time()
         self.engine.table(self.settings)  # prewarm: index the default store before the first prompt
         self.log(f"indexed {len(self.engine.table(self.settings).table)} memories in {time.time() - t0:.1f}s")
@@ -77,9 +79,11 @@ class Daemon:
         self.state = "ready"
         self.write_status()
 
-    def refresh_reranker(self, settings: Settings) -> None:
-        """Resolve the reranker for this request's settings; reload when it (or the student on disk) changed."""
-        from cairn_cli.core.reranking import load_reranker, resolve
+    def refresh_reranker(self, settings: Settings, *, wait: bool = False) -> None:
+        """Resolve the reranker for this request's settings; when it (or the student on disk) changed, load the new
+        one in the background and keep ranking with the current one until it is ready, so that a deployment never
+        makes a prompt wait for a model load (`wait`: load now, at start-up)."""
+        from cairn_cli.core.reranking import resolve
 
         resolution = resolve(settings)
         stamp = None
@@ -90,12 +94,25 @@ class Daemon:
                 stamp = None
         sig = (resolution.role, resolution.name, str(resolution.path), stamp, resolution.floor,
                settings.RERANKER_DTYPE, settings.RERANKER_MAX_LENGTH)
-        if sig == self.reranker_sig:
+        if sig in (self.reranker_sig, self.loading_sig):
             return
+        self.loading_sig = sig
+        if wait:
+            self._swap_reranker(settings, resolution, sig)
+        else:
+            self.log(f"loading reranker {resolution.name} in the background")
+            threading.Thread(target=self._swap_reranker, args=(settings, resolution, sig, True), daemon=True).start()
+
+    def _swap_reranker(self, settings: Settings, resolution, sig, locked: bool = False) -> None:
+        from cairn_cli.core.reranking import load_reranker
+
         reranker, notes = load_reranker(settings, resolution)
-        self.engine.reranker = reranker
-        self.engine.notes = notes
-        self.reranker_sig = sig
+        with self.lock if locked else contextlib.nullcontext():  # swapped between requests, never during one
+            if self.loading_sig != sig:
+                return  # superseded by a newer deployment while loading
+            self.engine.reranker = reranker
+            self.engine.notes = notes
+            self.reranker_sig, self.loading_sig = sig, None
         for note in notes:
             self.log(f"warning: {note}")
         self.log(f"reranker: {reranker.name if reranker else 'none'}")
