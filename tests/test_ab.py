@@ -59,6 +59,9 @@ def test_thin_data_never_promotes_and_says_why():
     s = _world([(0.25, 1.0)] * 5)
     d = ab.evaluate(s)
     assert d.decision == "continue" and d.wins == 5 and "thin data" in d.reason and "AB_MIN_SESSIONS" in d.reason
+    off = Settings(AB_TEST_ENABLED=False)  # the experiment stopped: no new draws, the stamped arms stay analysable
+    assert ab.assign("new", 1, is_subagent=False, settings=off)[0] is None
+    assert ab.evaluate(off).as_dict() == d.as_dict()
 
 
 def test_b_that_wins_enough_sessions_with_the_grade_guard_is_promoted(cli):
