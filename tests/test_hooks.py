@@ -211,3 +211,20 @@ def test_parse_payload_ignores_unknown_keys():
     assert payload.session_id == "s1" and payload.prompt.startswith("integration")
     with pytest.raises(InvalidInput):
         parse_payload(b"null", "Stop")
+
+
+def test_a_stop_that_merges_one_memory_and_adds_another_embeds_the_new_one_with_its_own_vector(store, capsys):
+    import numpy as np
+
+    from cairn_cli.core.memories import embedding_text
+    from cairn_cli.db.tables import Memory
+    from cairn_cli.ml.models import HashingEncoder
+
+    run_prompt(capsys, prompt_payload())
+    existing = memories.get_memory(1, Settings()).content  # merged (dedup), listed first
+    message = ('[cm]{"m": [{"content": ' + json.dumps(existing) + '}, '
+               '{"content": "Gift cards are redeemed with shop giftcard redeem CODE", "keywords": ["giftcard"]}]}[/cm]')
+    assert hook_entry.run_stop(stop_payload(message)) == 0
+    new = Memory.get(Memory.content == "Gift cards are redeemed with shop giftcard redeem CODE")
+    expected = HashingEncoder().encode([embedding_text(new.content, list(new.keywords))])[0]
+    assert np.allclose(np.frombuffer(new.embedding, dtype=np.float32), expected)

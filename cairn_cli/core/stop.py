@@ -102,15 +102,21 @@ def apply_stop(payload: HookPayload, settings: Settings, *, embed_with_model, em
     if not cm.found:
         report.notes.append("the response has no [cm] block")
     # model calls first, outside the transaction: new memories' embeddings, the semantic engagement test
-    vectors = embed_with_model([embedding_text(m.content, m.keywords) for m in cm.memories]) if cm.memories else None
-    if cm.memories and vectors is None:
+    texts = [embedding_text(m.content, m.keywords) for m in cm.memories]
+    got = embed_with_model(texts) if texts else None
+    if texts and got is None:
         report.notes.append("no embedder answered: new memories are embedded when the daemon next ranks")
+    by_text = dict(zip(texts, got[1])) if got else {}
+
+    def precomputed(fresh: list[str]):  # only the memories that were not merged into an existing one
+        return (got[0], [by_text[t] for t in fresh]) if got else None
+
     delivered = turn_memories(payload.session_id, turn) if turn is not None else []
     decisions, notes = engagement_decisions(delivered, text, data.get("prompt") or "", settings, embed)
     report.notes.extend(notes)
     with memory_proxy.atomic(), ephemeral_proxy.atomic():
         if cm.memories:
-            results = add_memories(cm.memories, settings, embed=lambda texts: vectors)
+            results = add_memories(cm.memories, settings, embed=precomputed)
             report.memories = [{"id": r.id, "action": r.action, "source_ref": source_ref} for r in results]
         if turn is not None and cm.found:
             graded = apply_relevance_grades(cm, payload.session_id, settings, turn=turn)
