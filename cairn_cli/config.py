@@ -79,6 +79,8 @@ _SETTINGS = [
     Setting("AB_SPRT_P1", 0.7, float, "The A/B test's alternative: P(B wins a session) under H1 (H0: 0.5)."),
     Setting("AB_ALPHA", 0.05, float, "False-promotion bound of the A/B test, however often cron looks."),
     Setting("AB_BETA", 0.1, float, "B is retired when the likelihood ratio falls under this (clearly not better)."),
+    Setting("AB_MATURE_DAYS", 7.0, float,
+            "A/B: a session counts once its newest memory is this old, on deliveries within this window (fixed outcome)."),
     Setting("AB_MIN_SESSIONS", 10, int, "Sessions that must be decided (B won or lost) before any A/B decision."),
     Setting("AB_MIN_GRADES", 10, int, "Agent grades each arm needs before the grade guard can pass."),
     Setting("AB_GRADE_TOLERANCE", 0.25, float, "The guard: B's mean grade may not be lower than A's by more."),

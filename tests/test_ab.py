@@ -33,13 +33,16 @@ def test_ab_assign_command_records_the_arm(cli):
     assert get_turn("s9", got["turn"]).arm == got["arm"] and got["arm"] in ("A", "B")
 
 
-def _world(sessions: list[tuple[float, float]], *, grades=(2, 2), delivered_per_memory=4) -> Settings:
-    """Per session, one memory per arm; each delivered `delivered_per_memory` times with the given lexical
-    engagement rates (A, B), and graded."""
+def _world(sessions: list[tuple[float, float]], *, grades=(2, 2), delivered_per_memory=4, age_days=30) -> Settings:
+    """Per session, one memory per arm written `age_days` ago; each delivered `delivered_per_memory` times a day
+    later with the given lexical engagement rates (A, B), and graded."""
+    import datetime as dt
+
+    from cairn_cli.db.tables import Memory, MemoryDelivery
+
     s = Settings()
     current = ab.arms(s)
-    from cairn_cli.db.tables import MemoryDelivery
-
+    written = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None) - dt.timedelta(days=age_days)
     for i, (rate_a, rate_b) in enumerate(sessions):
         session = f"writer-{i}"
         for arm, rate, grade in (("A", rate_a, grades[0]), ("B", rate_b, grades[1])):
@@ -49,9 +52,11 @@ def _world(sessions: list[tuple[float, float]], *, grades=(2, 2), delivered_per_
             ids = deliveries.record([deliveries.DeliveryInput(f"reader-{i}", n + 1, res.id, "window", "k", 1, 0.5, {},
                                                               "none", "prompt", "global")
                                      for n in range(delivered_per_memory)], s)
+            Memory.update(created_at=written).where(Memory.id == res.id).execute()
             for n, did in enumerate(ids):
-                MemoryDelivery.update(engaged=n < engaged, engaged_method="lexical", engaged_score=0.3,
-                                      grade=grade).where(MemoryDelivery.id == did).execute()
+                MemoryDelivery.update(engaged=n < engaged, engaged_method="lexical", engaged_score=0.3, grade=grade,
+                                      delivered_at=written + dt.timedelta(days=1)).where(
+                    MemoryDelivery.id == did).execute()
     return s
 
 
@@ -139,3 +144,26 @@ def test_status_shows_versions_queue_and_arms(cli):
 def test_ab_bad_input(cli, args, code, message):
     out = cli(*args)
     assert out.exit_code == code and message in out.output
+
+
+def test_only_mature_sessions_count_and_only_on_deliveries_inside_their_window():
+    import datetime as dt
+
+    from cairn_cli.db.tables import MemoryDelivery
+
+    s = _world([(0.25, 0.75)] * 12, age_days=3)  # younger than AB_MATURE_DAYS (7): not counted yet
+    d = ab.evaluate(s)
+    assert (d.wins, d.losses, d.decision) == (0, 0, "continue") and d.arms[1]["deliveries"] == 48
+    late = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None) + dt.timedelta(days=30)
+    ten_days_on = Settings(AB_MATURE_DAYS=2)  # the same sessions with a 2-day window: mature now
+    assert ab.evaluate(ten_days_on).wins == 12
+    # B's memories delivered again after the window, never used: an outcome, once counted, stays
+    from cairn_cli.db.tables import Memory
+
+    b_ids = [m.id for m in Memory.select().where(Memory.source_ref == ab.arms(s).versions["B"])]
+    for did in deliveries.record([deliveries.DeliveryInput("late", 1, mid, "w", "k", 1, 0.5, {}, "none", "prompt",
+                                                           "global") for mid in b_ids] * 5, s):
+        MemoryDelivery.update(delivered_at=late, engaged=False, engaged_method="lexical").where(
+            MemoryDelivery.id == did).execute()
+    assert ab.evaluate(ten_days_on).wins == 12
+    assert ab.evaluate(ten_days_on).arms[1]["deliveries"] == 48 + 5 * 12  # the status still shows them all
