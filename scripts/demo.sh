@@ -46,6 +46,9 @@ $cairn deliveries --session demo-hook
 step "the write-side A/B: each prompt's arm, the versions its memories carry, and how each arm's memories fare"
 $cairn ab status
 
+step "what the labels say so far: per generation version and reranker, grades and engagement per method"
+$cairn stats deliveries
+
 step "the same prompt with the daemon stopped: the in-process lexical fallback answers and says so"
 $cairn daemon stop
 $cairn rank "${prompts[0]}" --scope webshop --session demo -k 3
