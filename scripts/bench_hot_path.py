@@ -84,12 +84,20 @@ def env_for(home: Path, **extra: str) -> dict:
     return env
 
 
-def timed(cmd: list[str], env: dict, runs: int) -> list[float]:
+def hook_payload(prompt: str) -> str:
+    payload = {"session_id": "bench-hook", "cwd": "/src/bench", "hook_event_name": "UserPromptSubmit", "prompt": prompt}
+    if TRANSCRIPT.exists():
+        payload["transcript_path"] = str(TRANSCRIPT)
+    return json.dumps(payload)
+
+
+def timed(cmd: list[str], env: dict, runs: int, *, hook: bool = False) -> list[float]:
     out = []
     for i in range(runs):
         args = [a.replace("{prompt}", PROMPTS[i % len(PROMPTS)]) for a in cmd]
+        stdin = hook_payload(PROMPTS[i % len(PROMPTS)]) if hook else None
         t0 = time.perf_counter()
-        proc = subprocess.run(args, env=env, capture_output=True, text=True)
+        proc = subprocess.run(args, env=env, capture_output=True, text=True, input=stdin)
         out.append((time.perf_counter() - t0) * 1000)
         if proc.returncode != 0:
             raise SystemExit(f"{' '.join(args)} failed: {proc.stderr}")
@@ -105,8 +113,19 @@ def check_path(home: Path, env: dict, expect_ranker: str, expect_reranker: str) 
     proc = subprocess.run([a.replace("{prompt}", PROMPTS[0]) for a in rank_cmd()] + ["--json"], env=env,
                           capture_output=True, text=True)
     res = json.loads(proc.stdout)
-    if res["ranker"] != expect_ranker or res["reranker_model"].split(":")[0] != expect_reranker:
+    if res["ranker"] != expect_ranker or (expect_reranker and res["reranker_model"].split(":")[0] != expect_reranker):
         raise SystemExit(f"unexpected path: {res['ranker']} / {res['reranker_model']} ({res['notes']})")
+
+
+def wait_for_reranker(home: Path, env: dict, length: int, timeout_s: float = 300) -> None:
+    """The daemon loads a changed reranker in the background: rank until it serves the student at `length`."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        check_path(home, env, "cairn", None)
+        if daemon(home, env, "status").get("reranker_max_length") == length:
+            return
+        time.sleep(0.5)
+    raise SystemExit(f"the daemon did not load the student at max_length {length}")
 
 
 def stats(ms: list[float], bare: float) -> dict:
@@ -125,9 +144,11 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="1000,10000,100000")
     ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--lengths", default="128,96", help="cross-encoder pair bounds to time (CAIRN_RERANKER_MAX_LENGTH)")
     ap.add_argument("--out", default=str(ROOT / "bench"))
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
+    lengths = [int(x) for x in args.lengths.split(",")]
     results: dict = {"bare_python": None, "sizes": {}}
     bare = timed([sys.executable, "-c", "pass"], dict(os.environ), args.runs)
     results["bare_python"] = stats(bare, statistics.median(bare))
@@ -146,11 +167,17 @@ def main() -> int:
             check_path(home, env_c, "cairn", "none")
             timed(rank_cmd(), env_c, 3)  # warm the scoring table
             row["daemon_composite"] = stats(timed(rank_cmd(), env_c, args.runs), bare_p50)
-            # composite + cross-encoder rerank of the top 20 (the student; same daemon, reranker on)
-            env_r = env_for(home)
-            check_path(home, env_r, "cairn", "student")
-            timed(rank_cmd(), env_r, 3)
-            row["daemon_rerank20"] = stats(timed(rank_cmd(), env_r, args.runs), bare_p50)
+            # composite + cross-encoder rerank of the top 20 (the student; same daemon, reranker on), at each
+            # pair length; then what Claude Code runs: the hook (rules, A/B draw, hook_state) on the same daemon
+            for length in lengths:
+                env_r = env_for(home, CAIRN_RERANKER_MAX_LENGTH=str(length))
+                wait_for_reranker(home, env_r, length)
+                timed(rank_cmd(), env_r, 3)
+                row[f"daemon_rerank20@{length}"] = stats(timed(rank_cmd(), env_r, args.runs), bare_p50)
+                env_h = {**env_r, "CAIRN_HOOK_SCOPE": "bench"}
+                timed([CAIRN, "hook", "prompt"], env_h, 2, hook=True)
+                row[f"hook_prompt_rerank20@{length}"] = stats(
+                    timed([CAIRN, "hook", "prompt"], env_h, args.runs, hook=True), bare_p50)
             health = daemon(home, env_r, "status")
             row["daemon_rss_mb"] = health.get("rss_mb")
             row["reranker_dtype"] = health.get("reranker_dtype")
@@ -162,7 +189,7 @@ def main() -> int:
             print(f"[{n}] {row}", file=sys.stderr)
     first = results["sizes"][sizes[0]]
     for n in sizes:
-        for key in ("daemon_composite", "daemon_rerank20"):
+        for key in [k for k in first if isinstance(first[k], dict) and k != "fallback"]:
             results["sizes"][n][key]["x_smallest"] = round(results["sizes"][n][key]["p50_ms"] / first[key]["p50_ms"], 2)
     write(results, Path(args.out), args, sizes)
     return 0
@@ -175,14 +202,18 @@ def write(results: dict, out: Path, args, sizes: list[int]) -> None:
     lines = ["# Hot path: `cairn rank` as a new process", "",
              f"- date: {dt.datetime.now().isoformat(timespec='seconds')}; machine: {os.cpu_count()} cores, no GPU",
              f"- command: `python scripts/bench_hot_path.py --sizes {args.sizes} --runs {args.runs}`",
-             f"- context: prompt + the last turns of a real transcript ({TRANSCRIPT.name}), k=5, deliveries logged",
+             f"- context: prompt + the last turns of a real transcript ({TRANSCRIPT.name}), k=5, deliveries logged; "
+             "the hook rows also draw the A/B arm, print the rules and record hook_state",
              f"- bare `python -c pass`: p50 {b['p50_ms']} ms, p95 {b['p95_ms']} ms", "",
              "| memories | path | p50 ms | p95 ms | × bare python | × the 1k figure |", "|---:|---|---:|---:|---:|---:|"]
     for n in sizes:
         row = results["sizes"][n]
-        for key, label in (("daemon_composite", "daemon, composite only"),
-                           ("daemon_rerank20", f"daemon, + cross-encoder top 20 ({row['reranker_dtype']})"),
-                           ("fallback", "daemon down: lexical fallback")):
+        labels = [("daemon_composite", "daemon, composite only")]
+        for length in [int(x) for x in args.lengths.split(",")]:
+            labels += [(f"daemon_rerank20@{length}", f"daemon, + cross-encoder top 20 ({row['reranker_dtype']}, "
+                                                     f"{length} tokens)"),
+                       (f"hook_prompt_rerank20@{length}", f"`cairn hook prompt`, same daemon ({length} tokens)")]
+        for key, label in labels + [("fallback", "daemon down: lexical fallback")]:
             r = row[key]
             lines.append(f"| {n:,} | {label} | {r['p50_ms']} | {r['p95_ms']} | {r['x_bare']} | "
                          f"{r.get('x_smallest', '')} |")

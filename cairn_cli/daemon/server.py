@@ -154,6 +154,7 @@ class Daemon:
                 "embed_model": eng.encoder.name if eng and eng.encoder else None,
                 "reranker": eng.reranker.name if eng and eng.reranker else "none",
                 "reranker_dtype": getattr(eng.reranker, "dtype", None) if eng else None,
+                "reranker_max_length": getattr(eng.reranker, "max_length", None) if eng else None,
                 "warnings": list(eng.notes) if eng else [], "socket": str(socket_path(self.home))}
 
     def write_status(self) -> None:

@@ -139,6 +139,7 @@ class CrossEncoderReranker:
         self.name, self.floor, self.role = resolution.name, resolution.floor, resolution.role
         self.activation = resolution.activation
         self.batch_size = batch_size
+        self.max_length = max_length
         self.device = device
         self.dtype = "bf16" if self.use_bf16 else "fp32"
         self._torch = torch
