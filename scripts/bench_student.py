@@ -127,7 +127,7 @@ def run_locomo(args, settings: Settings, windows: bool) -> dict:
     held_pairs = make_pairs(held_rows, {r.query_key for r in held_rows}, min_gap=2)
     log(f"locomo{' windows' if windows else ''}: {len(queries)} questions, held-out conversations {sorted(held_convs)}"
         f", {len(triples)} training triples, {len(held_pairs)} held-out pairs")
-    model = CrossEncoderModel(bundled_base(), max_length=args.max_length)
+    model = CrossEncoderModel(bundled_base(), max_length=args.max_length, layers=args.layers)
     stats = model.train_pairwise(triples, epochs=args.epochs, batch_size=16, lr=args.lr, margin=1.0, seed=args.seed)
     log(f"trained: {stats}")
     model.serve_mode()
@@ -238,7 +238,8 @@ def run_trec(args, settings: Settings) -> dict:
 def markdown(r: dict) -> str:
     lines = ["# Student reranker benchmark", "",
              f"- date: {r['date']}; machine: 2 cores, no GPU; command: `{r['command']}`; total {r['seconds']} s",
-             f"- student: the bundled all-MiniLM-L6-v2 + a fresh 1-logit head, pairwise MarginRankingLoss, "
+             f"- student: the bundled all-MiniLM-L6-v2 ({r['args'].get('layers') or 6} layers) + a fresh 1-logit head, "
+             "pairwise MarginRankingLoss, "
              f"{r['args']['epochs']} epoch(s), lr {r['args']['lr']}, ≤ {r['args']['max_train']} training triples "
              f"(seeded sample), bf16 autocast; incumbent = the composite (no cross-encoder is live on this machine)",
              "- gate: deploy when student agreement ≥ incumbent agreement + 0.02 on the same held-out pairs", ""]
@@ -285,9 +286,12 @@ def main() -> int:
     ap.add_argument("--trec-max-length", type=int, default=192)
     ap.add_argument("--serve-lengths", default="64,96,128,256")
     ap.add_argument("--windows", action="store_true", help="also run the context-window queries")
+    ap.add_argument("--windows-only", action="store_true", help="only the context-window queries")
+    ap.add_argument("--layers", type=int, default=None, help="a shallower student: the first N layers")
     ap.add_argument("--skip-locomo", action="store_true")
     ap.add_argument("--skip-trec", action="store_true")
     ap.add_argument("--out", type=Path, default=ROOT / "bench")
+    ap.add_argument("--name", default=None, help="results file name (default: student)")
     args = ap.parse_args()
     args.serve_lengths = [int(x) for x in args.serve_lengths.split(",")]
     if not (DATA / "locomo" / "locomo_dev.json").is_file():
@@ -297,16 +301,18 @@ def main() -> int:
     result: dict = {"date": dt.datetime.now().isoformat(timespec="seconds"), "command": " ".join(sys.argv),
                     "args": {k: v for k, v in vars(args).items() if k != "out"}}
     if not args.skip_locomo:
-        result["locomo"] = run_locomo(args, settings, windows=False)
-        if args.windows:
+        if not args.windows_only:
+            result["locomo"] = run_locomo(args, settings, windows=False)
+        if args.windows or args.windows_only:
             result["locomo_windows"] = run_locomo(args, settings, windows=True)
     if not args.skip_trec:
         result["trec"] = run_trec(args, settings)
     result["seconds"] = round(time.time() - t0, 1)
     result["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     args.out.mkdir(exist_ok=True)
-    (args.out / "student.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
-    (args.out / "student.md").write_text(markdown(result))
+    name = args.name or "student"
+    (args.out / f"{name}.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
+    (args.out / f"{name}.md").write_text(markdown(result))
     print(markdown(result))
     return 0
 

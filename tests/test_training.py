@@ -206,3 +206,19 @@ def test_train_reranker_bad_input(cli, tmp_path, args, code, message):
     out = cli("train-reranker", *[str(bad) if a == "{bad}" else a for a in args])
     assert out.exit_code == code, out.output
     assert message in out.output
+
+
+def test_a_shallower_student_keeps_the_first_layers_and_loads_in_the_daemons_reranker(cli, silver):
+    out = cli("train-reranker", "--data", silver, "--base", "bundled", "--layers", "2", "--epochs", "1",
+              "--max-length", "64", "--deploy-margin", "-1", "--json")
+    assert out.exit_code == 0, out.output
+    report = orjson.loads(out.stdout)
+    assert report["outcome"] == "deployed" and report["layers"] == 2
+    config_json = json.loads((_student_dir() / "config.json").read_text())
+    assert config_json["num_hidden_layers"] == 2
+    assert json.loads((_student_dir() / "model_card.json").read_text())["layers"] == 2
+    from cairn_cli.core.reranking import load_reranker, resolve
+
+    reranker, notes = load_reranker(Settings(), resolve(Settings()))
+    assert notes == [] and len(reranker.model.model.base_model.encoder.layer) == 2
+    assert len(reranker.logits("postgres port", ["The postgres port needs config", "helm chart"])) == 2

@@ -45,6 +45,8 @@ def train_reranker(
     engagement_max_pairs: Annotated[int, typer.Option("--engagement-max-pairs", min=0)] = 2000,
     max_length: Annotated[Optional[int], typer.Option(
         "--max-length", min=16, max=512, help="Token bound of a pair (default CAIRN_RERANKER_MAX_LENGTH).")] = None,
+    layers: Annotated[Optional[int], typer.Option(
+        "--layers", min=1, max=48, help="Keep only the base's first N transformer layers: a faster student.")] = None,
     max_train_pairs: Annotated[Optional[int], typer.Option("--max-train-pairs", min=1)] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Report the split and pair counts; train nothing.")] = False,
     no_deploy: Annotated[bool, typer.Option("--no-deploy", help="Train and judge, never deploy.")] = False,
@@ -87,7 +89,7 @@ def train_reranker(
             data=data, base=base, epochs=epochs, batch_size=batch_size, lr=lr, margin=margin, seed=seed,
             device=device.value, holdout=holdout, min_gap=min_gap, deploy_margin=deploy_margin, engagement=engagement,
             engagement_min_pos=engagement_min_pos, engagement_max_pairs=engagement_max_pairs, max_length=max_length,
-            max_train_pairs=max_train_pairs, dry_run=dry_run, deploy=not no_deploy)
+            layers=layers, max_train_pairs=max_train_pairs, dry_run=dry_run, deploy=not no_deploy)
         with contextlib.ExitStack() as stack:
             def progress(total: int, what: str):
                 return stack.enter_context(output.progress(total, what, unit="pair"))

@@ -300,6 +300,7 @@ class TrainOptions:
     engagement_min_pos: float = 0.2
     engagement_max_pairs: int = 2000
     max_length: int | None = None
+    layers: int | None = None
     max_train_pairs: int | None = None
     dry_run: bool = False
     deploy: bool = True
@@ -321,6 +322,7 @@ class TrainReport:
     reason: str = ""
     incumbent: str | None = None
     base: str | None = None
+    layers: int | None = None
     student_agreement: float | None = None
     incumbent_agreement: float | None = None
     student_ndcg10: float | None = None
@@ -379,8 +381,9 @@ def train_reranker(settings: Settings, opts: TrainOptions, *,
         (inc.base if opts.base == "incumbent" else Path(opts.base).expanduser())
     if not Path(base).is_dir():
         raise NotFound(f"base model {base} does not exist", "pass --base bundled, incumbent or a model directory")
-    report.incumbent, report.base = inc.name, str(base)
-    model = CrossEncoderModel(base, device=opts.device, max_length=opts.max_length or settings.RERANKER_MAX_LENGTH)
+    report.incumbent, report.base, report.layers = inc.name, str(base), opts.layers
+    model = CrossEncoderModel(base, device=opts.device, max_length=opts.max_length or settings.RERANKER_MAX_LENGTH,
+                              layers=opts.layers)
     triples = [(q, b, w) for _, q, b, w in train_pairs + weak]
     callback = progress(len(triples) * opts.epochs, "training") if progress else None
     report.train_stats = asdict(model.train_pairwise(triples, epochs=opts.epochs, batch_size=opts.batch_size,
@@ -416,7 +419,7 @@ def train_reranker(settings: Settings, opts: TrainOptions, *,
 
 
 def _card(report: TrainReport) -> dict:
-    return {"created_at": _now(), "base": report.base, "data": report.data, "rows": report.rows,
+    return {"created_at": _now(), "base": report.base, "layers": report.layers, "data": report.data, "rows": report.rows,
             "split": {"seed": report.seed, "train_queries": report.train_queries, "held_queries": report.held_queries,
                       "min_gap": report.min_gap},
             "pairs": {"train": report.train_pairs, "engagement": report.engagement_pairs, "held": report.held_pairs},

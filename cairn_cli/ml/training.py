@@ -57,7 +57,8 @@ def _peak_rss_mb() -> float:
 class CrossEncoderModel:
     """A tokenizer and a one-logit sequence classifier from a local directory."""
 
-    def __init__(self, path: str | Path, *, device: str = "auto", max_length: int = 128, bf16: bool | None = None):
+    def __init__(self, path: str | Path, *, device: str = "auto", max_length: int = 128, bf16: bool | None = None,
+                 layers: int | None = None):
         _offline()
         import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
@@ -73,7 +74,16 @@ class CrossEncoderModel:
         self.max_length = max_length
         self.tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         self.model = AutoModelForSequenceClassification.from_pretrained(str(path), num_labels=1,
-                                                                        local_files_only=True).to(self.device)
+                                                                        local_files_only=True)
+        if layers:  # a shallower student: the base's first `layers` transformer layers (the cost is per layer)
+            encoder = self.model.base_model.encoder
+            if not 1 <= layers <= len(encoder.layer):
+                from cairn_cli.errors import InvalidInput
+
+                raise InvalidInput(f"--layers {layers}: the base has {len(encoder.layer)} layers", "pick 1 to that")
+            encoder.layer = encoder.layer[:layers]
+            self.model.config.num_hidden_layers = layers
+        self.model.to(self.device)
 
     def _encode(self, queries: list[str], texts: list[str]):
         enc = self.tokenizer(queries, texts, truncation="longest_first", max_length=self.max_length, padding=True,
