@@ -5,6 +5,7 @@ rewrites them); the shipped text and version are the defaults until then."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from html import escape
 from importlib import resources
 
@@ -23,6 +24,7 @@ class Rules:
     text: str
 
 
+@lru_cache(maxsize=1)
 def shipped_text() -> str:
     return resources.files("cairn_cli").joinpath("data/generation_rules.md").read_text(encoding="utf-8").strip()
 
