@@ -54,19 +54,22 @@ class Arms:
     queue: list
 
 
-def arms(settings: Settings) -> Arms:
-    """The arms in force: machine-managed state, else A = the live rules' version and B = the shipped candidate."""
-    live = generation_rules.live(settings)
+def arms(settings: Settings, live: generation_rules.Rules | None = None) -> Arms:
+    """The arms in force: machine-managed state, else A = the live rules' version (`live`, when the caller has
+    read them already) and B = the shipped candidate."""
     instruction = state.get(B_KEY, settings, SHIPPED_B)
-    versions = state.get(VERSIONS_KEY, settings) or {"A": live.version,
-                                                     "B": b_version(live.version, instruction) if instruction else None}
+    versions = state.get(VERSIONS_KEY, settings)
+    if versions is None:
+        a_version = (live or generation_rules.live(settings)).version
+        versions = {"A": a_version, "B": b_version(a_version, instruction) if instruction else None}
     return Arms(dict(versions), instruction, list(state.get(QUEUE_KEY, settings, [])))
 
 
-def assign(session_id: str, turn: int, *, is_subagent: bool, settings: Settings) -> tuple[str | None, str, str | None]:
+def assign(session_id: str, turn: int, *, is_subagent: bool, settings: Settings,
+           live: generation_rules.Rules | None = None) -> tuple[str | None, str, str | None]:
     """(arm or None, the version that stamps the turn's memories, arm B's instruction when B). Seeded per prompt
     with AB_SEED (tests, simulations), else truly random."""
-    current = arms(settings)
+    current = arms(settings, live)
     if not settings.AB_TEST_ENABLED or is_subagent or not current.b_instruction or not current.versions.get("B"):
         return None, current.versions["A"], None
     seed = settings.AB_SEED

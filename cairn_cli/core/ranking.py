@@ -373,8 +373,8 @@ def _deliver(request: RankRequest, settings: Settings, context: ContextWindow, c
         live = generation_rules.live(settings)
         version = live.version
         if request.hook is not None:  # the write-side A/B: this prompt's arm, and the version its memories carry
-            arm, version, instruction = ab.assign(request.session_id, turn,
-                                                  is_subagent=bool(request.hook.get("is_subagent")), settings=settings)
+            arm, version, instruction = ab.assign(request.session_id, turn, is_subagent=bool(
+                request.hook.get("is_subagent")), settings=settings, live=live)
             b_text = ab.render_b(instruction, version) if instruction else ""
         if request.with_rules:
             rules_text = generation_rules.render(live, request.scope or GLOBAL_SCOPE)
