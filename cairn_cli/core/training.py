@@ -158,16 +158,12 @@ def agreement(scorer: Scorer, pairs: list[tuple[str, str, str, str]]) -> float:
     """Share of pairs the scorer orders like the grades (a tie counts half)."""
     if not pairs:
         return float("nan")
-    by_query: dict[str, dict[str, float]] = {}
+    by_query: dict[str, tuple[str, dict[str, None]]] = {}  # key -> (query, its texts in order, each once)
     for key, query, better, worse in pairs:
-        by_query.setdefault(key, {"\0query": query})  # type: ignore[dict-item]
-        by_query[key].setdefault(better, 0.0)
-        by_query[key].setdefault(worse, 0.0)
-    scores = {}
-    for key, texts in by_query.items():
-        query = texts.pop("\0query")
-        names = list(texts)
-        scores[key] = dict(zip(names, scorer(query, names)))  # type: ignore[arg-type]
+        texts = by_query.setdefault(key, (query, {}))[1]
+        texts.setdefault(better)
+        texts.setdefault(worse)
+    scores = {key: dict(zip(texts, scorer(query, list(texts)))) for key, (query, texts) in by_query.items()}
     won = 0.0
     for key, _, better, worse in pairs:
         s_b, s_w = scores[key][better], scores[key][worse]
