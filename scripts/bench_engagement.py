@@ -15,7 +15,6 @@ import datetime as dt
 import json
 import os
 import platform
-import re
 import sys
 import time
 from dataclasses import dataclass
@@ -30,9 +29,10 @@ from cairn_cli.config import SETTINGS  # noqa: E402
 from cairn_cli.core.engagement import chunks, distinctive_terms, lexical_overlap  # noqa: E402
 from cairn_cli.core.text import term_set  # noqa: E402
 
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo" / "locomo_dev.json"
-DIA_ID = re.compile(r"D:?(\d+):0*(\d+)")
-CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+import locomo  # noqa: E402  (scripts/locomo.py)
+
+DEFAULT_DATA = locomo.DATA
+CATEGORIES = locomo.CATEGORIES
 LEXICAL_SWEEP = [0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.75, 1.0]
 SEMANTIC_SWEEP = [round(0.25 + 0.05 * i, 2) for i in range(12)]  # 0.25 … 0.80
 SHIPPED = {"lexical": SETTINGS["ENGAGEMENT_LEXICAL_MIN"].default,
@@ -58,23 +58,14 @@ class Question:
 def load(path: Path, limit: int | None) -> tuple[list[dict], int]:
     """Conversations as {turns, questions: [(question, answer, evidence indices, category)]}; skipped count."""
     convs, skipped = [], 0
-    for conv in json.loads(path.read_text())[:limit]:
-        c = conv["conversation"]
-        sessions = sorted((k for k in c if re.fullmatch(r"session_\d+", k)), key=lambda k: int(k.split("_")[1]))
-        index, turns = {}, []
-        for key in sessions:
-            for t in c[key]:
-                m = DIA_ID.fullmatch(t["dia_id"].strip())
-                if m:
-                    index[f"D{m[1]}:{int(m[2])}"] = len(turns)
-                turns.append(f"{t['speaker']}: {t['text']}")
+    for conv in locomo.conversations(path, limit):
+        turns, index = locomo.turns_and_index(conv)
         questions = []
         for q in conv["qa"]:
             if q.get("category") not in CATEGORIES:
                 continue
             answer = q.get("answer")
-            evidence = sorted({index[f"D{a}:{int(b)}"] for e in q.get("evidence") or []
-                               for a, b in DIA_ID.findall(str(e)) if f"D{a}:{int(b)}" in index})
+            evidence = sorted(locomo.evidence(q, index))
             if answer is None or not str(answer).strip() or not evidence:
                 skipped += 1
                 continue

@@ -23,7 +23,6 @@ import json
 import math
 import os
 import random
-import re
 import resource
 import sys
 import time
@@ -43,8 +42,9 @@ from cairn_cli.core.training import LabelRow, agreement, gate, make_pairs  # noq
 from cairn_cli.ml.models import get_encoder  # noqa: E402
 from cairn_cli.ml.training import CrossEncoderModel, bundled_base  # noqa: E402
 
+import locomo  # noqa: E402  (scripts/locomo.py)
+
 DATA = ROOT.parent / "shared" / "data"
-DIA = re.compile(r"D:?(\d+):0*(\d+)")
 NOW = dt.datetime(2026, 12, 1)
 
 
@@ -65,27 +65,18 @@ def locomo_queries(settings: Settings, windows: bool, candidates: int):
     """Per conversation, per question: (query, [(turn text, grade)] of the composite's top candidates, n evidence)."""
     encoder = get_encoder("all-MiniLM-L6-v2")
     out = []
-    for ci, conv in enumerate(json.loads((DATA / "locomo" / "locomo_dev.json").read_text())):
-        c = conv["conversation"]
-        sessions = sorted((k for k in c if re.fullmatch(r"session_\d+", k)), key=lambda k: int(k.split("_")[1]))
-        index, turns = {}, []
-        for key in sessions:
-            for t in c[key]:
-                m = DIA.fullmatch(t["dia_id"].strip())
-                if m:
-                    index[f"D{m[1]}:{int(m[2])}"] = len(turns)
-                turns.append(f"{t['speaker']}: {t['text']}")
+    for ci, conv in enumerate(locomo.conversations()):
+        turns, index = locomo.turns_and_index(conv)
         tail = " ".join(f"user: {t}" for t in reversed(turns[-6:]))
         vecs = encoder.encode(turns)
         table = ScoringTable([], settings.KEYWORD_FIELD_WEIGHT, dim=encoder.dim)
         for i, (text, v) in enumerate(zip(turns, vecs)):
             table.upsert(Candidate(i, text, [], "global", "fact", 0.75, NOW), v)
-        qs = [q for q in conv["qa"] if q.get("category") in (1, 2, 3, 4)]
+        qs = [q for q in conv["qa"] if q.get("category") in locomo.CATEGORIES]
         texts = [(q["question"] + " " + tail)[:2000] if windows else q["question"] for q in qs]
         qvecs = encoder.encode(texts)
         for q, text, qv in zip(qs, texts, qvecs):
-            evidence = {index[f"D{a}:{int(b)}"] for e in q.get("evidence") or [] for a, b in DIA.findall(str(e))
-                        if f"D{a}:{int(b)}" in index}
+            evidence = locomo.evidence(q, index)
             if not evidence:
                 continue
             scored = table.score(text, table.similarities(qv), scope=None, weights=settings.weights(),
