@@ -46,7 +46,7 @@ def run_prompt(raw: bytes | None = None) -> int:
     t0 = time.perf_counter()
     try:
         from cairn_cli import config
-        from cairn_cli.core.hooks import PROMPT_EVENT, parse_payload, prompt_request
+        from cairn_cli.core.hooks.payload import PROMPT_EVENT, parse_payload, prompt_request
         from cairn_cli.daemon import dispatch
 
         payload = parse_payload(_stdin() if raw is None else raw, PROMPT_EVENT)
@@ -68,8 +68,8 @@ def run_stop(raw: bytes | None = None) -> int:
     t0 = time.perf_counter()
     try:
         from cairn_cli.config import Settings
-        from cairn_cli.core.hooks import STOP_EVENT, parse_payload
-        from cairn_cli.core.stop import apply_stop
+        from cairn_cli.core.hooks.payload import STOP_EVENT, parse_payload
+        from cairn_cli.core.hooks.stop import apply_stop
         from cairn_cli.daemon import dispatch
 
         payload = parse_payload(_stdin() if raw is None else raw, STOP_EVENT)

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from cairn_cli.config import SETTINGS  # noqa: E402
-from cairn_cli.core.engagement import chunks, distinctive_terms, lexical_overlap  # noqa: E402
+from cairn_cli.core.labels.engagement import chunks, distinctive_terms, lexical_overlap  # noqa: E402
 from cairn_cli.core.text import term_set  # noqa: E402
 
 import locomo  # noqa: E402  (scripts/locomo.py)

@@ -94,7 +94,7 @@ def cosine(store: Store, query: Query) -> np.ndarray:
 def _cairn_table(store: Store) -> tuple[Any, Any]:
     """cairn's ScoringTable over the store, built once (as the daemon keeps one warm per scope)."""
     from cairn_cli.config import Settings
-    from cairn_cli.core.scoring import Candidate, ScoringTable
+    from cairn_cli.core.ranking.scoring import Candidate, ScoringTable
 
     settings = Settings()
     cands = [Candidate(id=i, content=text, keywords=[], scope="bench", kind="fact", confidence=0.75,
@@ -103,7 +103,7 @@ def _cairn_table(store: Store) -> tuple[Any, Any]:
 
 
 def composite_system(store: Store, query: Query) -> np.ndarray:
-    """cairn's scorer, called as core/ranking.py calls it (full ranking: top=None; no score > 0 filter)."""
+    """cairn's scorer, called as core/ranking/pipeline.py calls it (full ranking: top=None; no score > 0 filter)."""
     s, table = store.cached("cairn", _cairn_table)
     scored = table.score(query.text, cosine(store, query), scope=None, weights=s.weights(),
                          half_life_days=s.RECENCY_HALF_LIFE_DAYS, now=NOW)
@@ -113,7 +113,7 @@ def composite_system(store: Store, query: Query) -> np.ndarray:
 def reranker_system(model) -> System:
     """The product's rerank stage over the composite's top RERANK_CANDIDATES: floor, blend, then the rest of the
     composite order; memories under the floor are not delivered (they go last)."""
-    from cairn_cli.core.ranking import rerank_stage
+    from cairn_cli.core.ranking.pipeline import rerank_stage
 
     def system(store: Store, query: Query) -> np.ndarray:
         s, table = store.cached("cairn", _cairn_table)
@@ -133,7 +133,7 @@ def load_reranker(choice: str):
     """`auto`: whatever cairn's resolve_reranker() makes live on this machine; a path: a cross-encoder directory
     (e.g. a trained student); `none`: no reranker row. Returns (model or None, why)."""
     from cairn_cli.config import Settings
-    from cairn_cli.core import reranking
+    from cairn_cli.core.ranking import reranking
     from cairn_cli.ml.reranker import CrossEncoderReranker, Resolution
 
     if choice == "none":

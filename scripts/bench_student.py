@@ -35,10 +35,10 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("CAIRN_EMBED_MODEL", "all-MiniLM-L6-v2")
 
 from cairn_cli.config import Settings  # noqa: E402
-from cairn_cli.core import training  # noqa: E402
-from cairn_cli.core.ranking import _minmax  # noqa: E402
-from cairn_cli.core.scoring import Candidate, ScoringTable  # noqa: E402
-from cairn_cli.core.training import LabelRow, agreement, gate, make_pairs  # noqa: E402
+from cairn_cli.core.learning import training  # noqa: E402
+from cairn_cli.core.ranking.pipeline import _minmax  # noqa: E402
+from cairn_cli.core.ranking.scoring import Candidate, ScoringTable  # noqa: E402
+from cairn_cli.core.learning.training import LabelRow, agreement, gate, make_pairs  # noqa: E402
 from cairn_cli.ml.models import get_encoder  # noqa: E402
 from cairn_cli.ml.training import CrossEncoderModel, bundled_base  # noqa: E402
 

@@ -4,7 +4,7 @@
 
 Synthetic sessions (K ~ 1 + Poisson(7) prompts, arm A/B per prompt, Poisson(0.8) memories per prompt, Poisson(3)
 deliveries per memory, engaged with p = clip(Beta(3.5, 6.5) session base + effect * [arm B], 0, 1)); cron looks
-after every session and the first promote/retire of the SHIPPED `cairn_cli.core.ab.sprt` ends a run. Accrual,
+after every session and the first promote/retire of the SHIPPED `cairn_cli.core.experiment.ab.sprt` ends a run. Accrual,
 tallies and the naive pooled z-test are described in the generated bench/ab_simulation.md.
 """
 
@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from cairn_cli.config import SETTINGS  # noqa: E402
-from cairn_cli.core.ab import sprt, wilson  # noqa: E402
+from cairn_cli.core.experiment.ab import sprt, wilson  # noqa: E402
 
 P1, ALPHA, BETA = (SETTINGS[k].default for k in ("AB_SPRT_P1", "AB_ALPHA", "AB_BETA"))
 MIN_SESSIONS = SETTINGS["AB_MIN_SESSIONS"].default
@@ -172,7 +172,7 @@ def markdown(res: dict) -> str:
     null, eff = res["null"], res["effects"]
     lines = ["# A/B gate simulation (session-level SPRT, cron peeking)", "",
              f"- date: {res['date']}", f"- machine: {res['machine']}", f"- command: `{res['command']}`",
-             f"- run time: {res['run_time_s']} s", "- decision: the shipped `cairn_cli.core.ab.sprt` with "
+             f"- run time: {res['run_time_s']} s", "- decision: the shipped `cairn_cli.core.experiment.ab.sprt` with "
              f"AB_SPRT_P1 {P1}, AB_ALPHA {ALPHA}, AB_BETA {BETA}, AB_MIN_SESSIONS {MIN_SESSIONS} "
              f"(promote at log LR >= {np.log(1 / ALPHA):.3f}, retire at <= {np.log(BETA):.3f}); the grade guard "
              "is not simulated (assumed to hold)",

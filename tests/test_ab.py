@@ -7,8 +7,11 @@ import orjson
 import pytest
 
 from cairn_cli.config import Settings
-from cairn_cli.core import ab, deliveries, rules, state
-from cairn_cli.core.memories import MemoryInput, add_memories
+from cairn_cli.core.experiment import ab
+from cairn_cli.core.store import deliveries
+from cairn_cli.core.experiment import rules
+from cairn_cli.core.store import state
+from cairn_cli.core.store.memories import MemoryInput, add_memories
 
 
 def test_arms_are_drawn_per_prompt_seeded_and_never_for_subagents():
@@ -28,7 +31,7 @@ def test_ab_assign_command_records_the_arm(cli):
     out = cli("ab", "assign", "--session", "s9", "--json")
     assert out.exit_code == 0, out.output
     got = orjson.loads(out.stdout)
-    from cairn_cli.core.hookstate import get_turn
+    from cairn_cli.core.store.hookstate import get_turn
 
     assert get_turn("s9", got["turn"]).arm == got["arm"] and got["arm"] in ("A", "B")
 

@@ -3,7 +3,8 @@
 import pytest
 
 from cairn_cli.config import Settings
-from cairn_cli.core import deliveries, memories
+from cairn_cli.core.store import deliveries
+from cairn_cli.core.store import memories
 from tests.conftest import EXAMPLES
 
 GOOD_DELIVERY = '{"session_id": "x", "turn": 1, "context_window": "c", "reranker_model": "m", "memories": %s}'
@@ -62,7 +63,7 @@ def test_bad_setting_is_a_config_error(cli, monkeypatch):
 
 
 def test_unexpected_errors_point_at_cairn_debug(cli, monkeypatch):
-    import cairn_cli.core.memories as mod
+    import cairn_cli.core.store.memories as mod
 
     def boom(*a, **k):
         raise RuntimeError("disk on fire")

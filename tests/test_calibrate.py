@@ -12,10 +12,12 @@ from typer.testing import CliRunner
 from cairn_cli.cli import handle_errors
 from cairn_cli.commands.calibrate import calibrate_floor
 from cairn_cli.config import Settings
-from cairn_cli.core import calibration, deliveries, state
-from cairn_cli.core.calibration import ENGAGEMENT_KEY, drop_table, propose_floor
-from cairn_cli.core.engagement import SEMANTIC, MemoryText, engagement_decisions
-from cairn_cli.core.reranking import FLOOR_KEY, floors
+from cairn_cli.core.learning import calibration
+from cairn_cli.core.store import deliveries
+from cairn_cli.core.store import state
+from cairn_cli.core.learning.calibration import ENGAGEMENT_KEY, drop_table, propose_floor
+from cairn_cli.core.labels.engagement import SEMANTIC, MemoryText, engagement_decisions
+from cairn_cli.core.ranking.reranking import FLOOR_KEY, floors
 from cairn_cli.errors import InvalidInput
 from cairn_cli.ml.reranker import MSMARCO
 

@@ -17,8 +17,9 @@ import pytest
 
 from cairn_cli import hook_entry
 from cairn_cli.config import Settings
-from cairn_cli.core import deliveries, memories
-from cairn_cli.core.ab import SHIPPED_B, b_version
+from cairn_cli.core.store import deliveries
+from cairn_cli.core.store import memories
+from cairn_cli.core.experiment.ab import SHIPPED_B, b_version
 from cairn_cli.core.transcript import read_transcript
 from tests.conftest import shared
 
@@ -31,7 +32,7 @@ PARAPHRASE = "Anything you leave in the pre-production DB disappears overnight w
 
 def _sentence(text: str, prompt: str) -> str:
     """The answer's most informative sentence (most distinctive terms the prompt lacks): what the agent would keep."""
-    from cairn_cli.core.engagement import distinctive_terms
+    from cairn_cli.core.labels.engagement import distinctive_terms
     from cairn_cli.core.text import term_set
 
     asked = term_set(prompt)
@@ -111,7 +112,7 @@ def test_replay_real_transcript_through_both_hooks(replay_env, cli, capsys, tmp_
             assert memories.get_memory(negative, s).confidence < before[negative]
         # the new memory: stamped with the generation version, the session, embedded by the real model
         new = [m for m in memories.list_memories(s, scope=scope) if m.content.startswith(f"In {session} turn {turn}")]
-        from cairn_cli.core.hookstate import get_turn
+        from cairn_cli.core.store.hookstate import get_turn
 
         arm = get_turn(session, turn).arm
         arms_seen.add(arm)

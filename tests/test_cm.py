@@ -1,6 +1,6 @@
 """The [cm] block parser: well-formed items apply, malformed ones are reported and skipped."""
 
-from cairn_cli.core.cm import parse_cm, parse_grade, strip_block
+from cairn_cli.core.labels.cm import parse_cm, parse_grade, strip_block
 
 import pytest
 

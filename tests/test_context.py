@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from cairn_cli.core.context import build_context_window, clean
+from cairn_cli.core.ranking.context import build_context_window, clean
 from cairn_cli.errors import InvalidInput, NotFound
 from tests.conftest import SHARED_DATA, shared
 

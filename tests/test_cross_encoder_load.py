@@ -6,7 +6,8 @@ import orjson
 import pytest
 
 from cairn_cli.config import Settings
-from cairn_cli.core import deliveries, reranking
+from cairn_cli.core.store import deliveries
+from cairn_cli.core.ranking import reranking
 from cairn_cli.ml.reranker import MSMARCO, DeviceFacts
 from tests.conftest import EXAMPLES
 

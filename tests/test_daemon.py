@@ -256,7 +256,7 @@ def test_the_lean_entry_accepts_exactly_the_typer_options():
 
 
 def test_the_daemon_picks_up_a_newly_deployed_student_without_a_restart(home):
-    from cairn_cli.core import training
+    from cairn_cli.core.learning import training
     from cairn_cli.ml.training import CrossEncoderModel, bundled_base
 
     pid = start(home)["pid"]

@@ -6,8 +6,8 @@ import orjson
 import pytest
 
 from cairn_cli.config import Settings
-from cairn_cli.core import deliveries
-from cairn_cli.core.engagement import (LEXICAL, SEMANTIC, MemoryText, chunks, decide, distinctive_terms,
+from cairn_cli.core.store import deliveries
+from cairn_cli.core.labels.engagement import (LEXICAL, SEMANTIC, MemoryText, chunks, decide, distinctive_terms,
                                        lexical_overlap)
 from cairn_cli.core.text import term_set
 from tests.conftest import EXAMPLES

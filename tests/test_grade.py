@@ -3,7 +3,8 @@
 import orjson
 
 from cairn_cli.config import Settings
-from cairn_cli.core import deliveries, memories
+from cairn_cli.core.store import deliveries
+from cairn_cli.core.store import memories
 from tests.conftest import EXAMPLES
 
 

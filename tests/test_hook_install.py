@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from cairn_cli.cli import handle_errors
 from cairn_cli.commands.hook import install, uninstall
-from cairn_cli.core import claude_settings as cs
+from cairn_cli.core.hooks import claude_settings as cs
 from cairn_cli.errors import InvalidInput
 
 CAIRN = "/opt/venv/bin/cairn"

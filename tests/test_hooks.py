@@ -10,9 +10,10 @@ import pytest
 
 from cairn_cli import hook_entry
 from cairn_cli.config import Settings
-from cairn_cli.core import deliveries, memories
-from cairn_cli.core.hooks import hook_scope, parse_payload
-from cairn_cli.core.rules import RULES_TAG
+from cairn_cli.core.store import deliveries
+from cairn_cli.core.store import memories
+from cairn_cli.core.hooks.payload import hook_scope, parse_payload
+from cairn_cli.core.experiment.rules import RULES_TAG
 from cairn_cli.errors import InvalidInput
 from tests.conftest import EXAMPLES, ROOT
 
@@ -30,7 +31,7 @@ def stop_payload(message, **extra):
 
 
 def arm_version(arm: str | None) -> str:
-    from cairn_cli.core.ab import SHIPPED_B, b_version
+    from cairn_cli.core.experiment.ab import SHIPPED_B, b_version
 
     return b_version("gen-1", SHIPPED_B) if arm == "B" else "gen-1"
 
@@ -56,7 +57,7 @@ def test_prompt_hook_ranks_prints_rules_and_memories_and_records_the_turn(store,
     assert '<memory id="1"' in out and len(out) <= Settings().INJECTION_MAX_CHARS + 1
     rows = deliveries.list_deliveries(Settings(), session_id="s1")
     assert rows and {r.turn for r in rows} == {1} and rows[0].scope == "webshop" and rows[0].layer == "prompt"
-    from cairn_cli.core.hookstate import get_turn
+    from cairn_cli.core.store.hookstate import get_turn
 
     turn = get_turn("s1", 1)
     assert turn.data["prompt"].startswith("integration tests") and turn.arm in ("A", "B")
@@ -102,7 +103,7 @@ def test_stop_hook_applies_memories_grades_evidence_and_engagement_once(store, c
     assert memories.get_memory(shown[0], s).corroborations == 1
     assert memories.get_memory(shown[1], s).contradictions == 1
     new = [m for m in memories.list_memories(s) if m.content.startswith("Run make db-up")]
-    from cairn_cli.core.hookstate import get_turn
+    from cairn_cli.core.store.hookstate import get_turn
 
     assert len(new) == 1 and new[0].session_id == "s1"
     assert new[0].source_ref == arm_version(get_turn("s1", 1).arm)
@@ -136,7 +137,7 @@ def test_stop_reads_the_response_from_the_transcript_when_the_payload_lacks_it(s
 def test_subagent_events_are_recorded_marked_and_never_graded(store, capsys):
     run_prompt(capsys, prompt_payload())
     run_prompt(capsys, prompt_payload("subagent: look for the proxy config", agent_id="a-1", agent_type="Explore"))
-    from cairn_cli.core.hookstate import get_turn
+    from cairn_cli.core.store.hookstate import get_turn
 
     sub = get_turn("s1", 2)
     assert sub.is_subagent is True and sub.agent_id == "a-1" and sub.arm is None  # subagents get no arm
@@ -216,7 +217,7 @@ def test_parse_payload_ignores_unknown_keys():
 def test_a_stop_that_merges_one_memory_and_adds_another_embeds_the_new_one_with_its_own_vector(store, capsys):
     import numpy as np
 
-    from cairn_cli.core.memories import embedding_text
+    from cairn_cli.core.store.memories import embedding_text
     from cairn_cli.db.tables import Memory
     from cairn_cli.ml.models import HashingEncoder
 

@@ -4,7 +4,7 @@ import orjson
 import pytest
 
 from cairn_cli.config import Settings
-from cairn_cli.core import memories
+from cairn_cli.core.store import memories
 from cairn_cli.errors import InvalidInput, NotFound
 
 

@@ -4,7 +4,8 @@ import orjson
 import pytest
 
 from cairn_cli.config import Settings
-from cairn_cli.core import deliveries, memories
+from cairn_cli.core.store import deliveries
+from cairn_cli.core.store import memories
 from tests.conftest import EXAMPLES, shared
 
 pytestmark = pytest.mark.usefixtures("real_model")

@@ -6,9 +6,10 @@ import datetime as dt
 import pytest
 
 from cairn_cli.config import Settings
-from cairn_cli.core import reranking, state
-from cairn_cli.core.ranking import RankEngine, RankRequest, rank, rerank_stage
-from cairn_cli.core.scoring import Candidate, Scored
+from cairn_cli.core.ranking import reranking
+from cairn_cli.core.store import state
+from cairn_cli.core.ranking.pipeline import RankEngine, RankRequest, rank, rerank_stage
+from cairn_cli.core.ranking.scoring import Candidate, Scored
 from cairn_cli.ml.reranker import BGE, MSMARCO, DeviceFacts, resolve_reranker
 
 GPU = DeviceFacts(cuda=True, vram_gb=8.0)
@@ -41,8 +42,8 @@ def test_student_overrides_everything_on_any_device(tmp_path):
 
 def test_each_student_version_is_its_own_model_with_its_own_calibrated_floor(tmp_path):
     from cairn_cli.config import Settings
-    from cairn_cli.core import state
-    from cairn_cli.core.reranking import FLOOR_KEY, resolve
+    from cairn_cli.core.store import state
+    from cairn_cli.core.ranking.reranking import FLOOR_KEY, resolve
 
     versions = [_model_dir(tmp_path / "v1"), _model_dir(tmp_path / "v2")]
     link = tmp_path / "live"
@@ -135,7 +136,7 @@ def test_rerank_stage_floor_blend_and_provenance():
 
 def test_rank_with_a_reranker_logs_its_name_and_scores(cli):
     from tests.conftest import EXAMPLES
-    from cairn_cli.core import deliveries
+    from cairn_cli.core.store import deliveries
     from cairn_cli.ml.models import get_encoder
 
     assert cli("memory", "import", EXAMPLES).exit_code == 0

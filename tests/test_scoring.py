@@ -5,7 +5,7 @@ import datetime as dt
 import pytest
 
 from cairn_cli.config import Settings
-from cairn_cli.core.scoring import Candidate, LexicalIndex, ScoringTable, lexical_field, recency
+from cairn_cli.core.ranking.scoring import Candidate, LexicalIndex, ScoringTable, lexical_field, recency
 
 NOW = dt.datetime(2026, 6, 1)
 

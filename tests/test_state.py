@@ -1,5 +1,5 @@
 from cairn_cli.config import Settings
-from cairn_cli.core import state
+from cairn_cli.core.store import state
 
 
 def test_machine_state_keeps_an_audit_trail_and_is_idempotent():

@@ -12,9 +12,11 @@ from typer.testing import CliRunner
 from cairn_cli.cli import handle_errors
 from cairn_cli.commands import stats as stats_cmd
 from cairn_cli.config import Settings
-from cairn_cli.core import deliveries, state, stats
-from cairn_cli.core.memories import MemoryInput, add_memories
-from cairn_cli.core.reranking import FLOOR_KEY
+from cairn_cli.core.store import deliveries
+from cairn_cli.core.store import state
+from cairn_cli.core import stats
+from cairn_cli.core.store.memories import MemoryInput, add_memories
+from cairn_cli.core.ranking.reranking import FLOOR_KEY
 from cairn_cli.ml.reranker import MSMARCO
 
 JAN1, MAR1 = dt.datetime(2024, 1, 1, 12), dt.datetime(2024, 3, 1, 12)

@@ -19,8 +19,10 @@ import pytest
 
 from cairn_cli import config
 from cairn_cli.config import Settings
-from cairn_cli.core import deliveries, state, training
-from cairn_cli.core.training import LabelRow, agreement, gate, make_pairs, split_by_query
+from cairn_cli.core.store import deliveries
+from cairn_cli.core.store import state
+from cairn_cli.core.learning import training
+from cairn_cli.core.learning.training import LabelRow, agreement, gate, make_pairs, split_by_query
 from tests.conftest import ROOT
 
 TOPICS = ["postgres port", "redis cache", "docker volume", "nginx proxy", "pytest fixture", "alembic migration",
@@ -79,7 +81,7 @@ def test_agreement_and_the_gate():
 
 def _graded_delivery(memory_id: int, session: str, turn: int, window: str, grade=None, engaged=None, score=None,
                      method=None):
-    from cairn_cli.core.context import context_key
+    from cairn_cli.core.ranking.context import context_key
     from cairn_cli.db.tables import MemoryDelivery
 
     [did] = deliveries.record([deliveries.DeliveryInput(session, turn, memory_id, window, context_key(window), 1, 0.5,
@@ -130,7 +132,7 @@ def test_the_gate_refuses_a_student_that_does_not_beat_the_composite(cli, silver
 
 
 def test_a_student_that_beats_the_live_one_is_deployed_atomically_and_can_be_rolled_back(cli, silver):
-    from cairn_cli.core.reranking import resolve
+    from cairn_cli.core.ranking.reranking import resolve
     from cairn_cli.ml.training import CrossEncoderModel, bundled_base
 
     CrossEncoderModel(bundled_base(), max_length=64).save(_student_dir())  # the live student: an untrained head
@@ -159,7 +161,7 @@ def test_a_run_killed_while_saving_leaves_the_live_student_untouched(tmp_path, c
     old = training.new_version_dir(_student_dir())
     CrossEncoderModel(bundled_base(), max_length=64).save(old)
     training.deploy(old, _student_dir())
-    code = ("import sys, time\nfrom pathlib import Path\nfrom cairn_cli.core import training\n"
+    code = ("import sys, time\nfrom pathlib import Path\nfrom cairn_cli.core.learning import training\n"
             "from cairn_cli.ml.training import CrossEncoderModel, bundled_base\n"
             "m = CrossEncoderModel(bundled_base(), max_length=64)\n"
             "live = Path(sys.argv[1])\nversion = training.new_version_dir(live)\n"
@@ -173,7 +175,7 @@ def test_a_run_killed_while_saving_leaves_the_live_student_untouched(tmp_path, c
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     assert _student_dir().resolve() == old.resolve() and (_student_dir() / "config.json").is_file()
-    from cairn_cli.core.reranking import load_reranker, resolve
+    from cairn_cli.core.ranking.reranking import load_reranker, resolve
 
     reranker, notes = load_reranker(Settings(), resolve(Settings()))
     assert reranker is not None and notes == []
@@ -217,7 +219,7 @@ def test_a_shallower_student_keeps_the_first_layers_and_loads_in_the_daemons_rer
     config_json = json.loads((_student_dir() / "config.json").read_text())
     assert config_json["num_hidden_layers"] == 2
     assert json.loads((_student_dir() / "model_card.json").read_text())["layers"] == 2
-    from cairn_cli.core.reranking import load_reranker, resolve
+    from cairn_cli.core.ranking.reranking import load_reranker, resolve
 
     reranker, notes = load_reranker(Settings(), resolve(Settings()))
     assert notes == [] and len(reranker.model.model.base_model.encoder.layer) == 2

@@ -23,7 +23,9 @@ def assign(
 
     Example: cairn ab assign --session s1 --json
     """
-    from cairn_cli.core import ab, deliveries, hookstate
+    from cairn_cli.core.experiment import ab
+    from cairn_cli.core.store import deliveries
+    from cairn_cli.core.store import hookstate
     from cairn_cli.db.tables import ephemeral_proxy
 
     s = settings()
@@ -42,7 +44,7 @@ def status(json: Json = False) -> None:
     Engagement is shown per method (never pooled), with Wilson 95% intervals; the decision is the gate's on the
     data so far. Example: cairn ab status
     """
-    from cairn_cli.core import ab
+    from cairn_cli.core.experiment import ab
 
     s = settings()
     current = ab.arms(s)
@@ -69,7 +71,7 @@ def status(json: Json = False) -> None:
 
 
 def _decide(dry_run: bool, json: bool, by: str) -> None:
-    from cairn_cli.core import ab
+    from cairn_cli.core.experiment import ab
 
     s = settings()
     with ab.selfmod_lock() as locked:
@@ -114,7 +116,7 @@ def queue_add(
 
     Example: cairn ab queue add "Name the file a memory is about in its first sentence."
     """
-    from cairn_cli.core import ab
+    from cairn_cli.core.experiment import ab
 
     queue = ab.queue_add(instruction, settings())
     current = ab.arms(settings())
@@ -124,7 +126,7 @@ def queue_add(
 
 def queue_list(json: Json = False) -> None:
     """List the queued candidate instructions. Example: cairn ab queue list"""
-    from cairn_cli.core import ab
+    from cairn_cli.core.experiment import ab
 
     queue = ab.arms(settings()).queue
     output.json_out(queue) if json else output.table([{"#": i + 1, "instruction": q} for i, q in enumerate(queue)],

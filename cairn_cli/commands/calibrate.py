@@ -37,7 +37,7 @@ def calibrate_floor(
 
     Example: cairn calibrate-floor --model cross-encoder/ms-marco-MiniLM-L-6-v2 --plot floor.png --apply
     """
-    from cairn_cli.core import calibration
+    from cairn_cli.core.learning import calibration
 
     s = settings()
     report = calibration.calibrate(s, target=target.value, model=model, keep=keep, min_grade3=min_grade3)

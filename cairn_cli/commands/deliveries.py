@@ -36,7 +36,7 @@ def log_delivery(
 ) -> None:
     import orjson
 
-    from cairn_cli.core import deliveries
+    from cairn_cli.core.store import deliveries
     from cairn_cli.errors import InvalidInput
 
     if memory:
@@ -65,7 +65,7 @@ def list_deliveries(
 
     Example: cairn deliveries --session s1
     """
-    from cairn_cli.core import deliveries
+    from cairn_cli.core.store import deliveries
 
     views = deliveries.list_deliveries(settings(), session_id=session, turn=turn, limit=limit)
     if json:

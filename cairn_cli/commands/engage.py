@@ -28,7 +28,7 @@ def engage(
 
     Example: cairn engage --session s1 --turn 3 --file response.txt
     """
-    from cairn_cli.core.engagement import apply_engagement
+    from cairn_cli.core.labels.engagement import apply_engagement
     from cairn_cli.daemon import dispatch
     from cairn_cli.errors import InvalidInput, NotFound
 

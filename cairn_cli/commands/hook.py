@@ -17,7 +17,7 @@ Json = Annotated[bool, typer.Option("--json", help="Print {path, changed, dry_ru
 
 
 def _run(*, remove: bool, project: bool, dry_run: bool, json: bool, command: str | None = None) -> None:
-    from cairn_cli.core import claude_settings as cs
+    from cairn_cli.core.hooks import claude_settings as cs
 
     plan = cs.plan_install("project" if project else "user", command or cs.default_command(),
                            cwd=Path.cwd(), home=Path.home(), remove=remove)

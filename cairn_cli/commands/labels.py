@@ -26,8 +26,8 @@ def grade(
 
     Example: cairn grade --session s1 --turn 3 '... [cm]{"rg": ["12:3", "15:0!"], "cu": [12]}[/cm]'
     """
-    from cairn_cli.core.cm import parse_cm
-    from cairn_cli.core.labels import apply_relevance_grades
+    from cairn_cli.core.labels.cm import parse_cm
+    from cairn_cli.core.labels.grades import apply_relevance_grades
     from cairn_cli.errors import InvalidInput
 
     cm = parse_cm(read_response(response, file))

@@ -26,7 +26,7 @@ def add(
 
     Example: cairn memory add "Run tests with make test" --keywords make,tests --scope cairn --kind procedure
     """
-    from cairn_cli.core import memories
+    from cairn_cli.core.store import memories
 
     entry = memories.validate_entry({"content": content, "keywords": keywords or [], "scope": scope, "kind": kind,
                                      "source_ref": source_ref, "session_id": session})
@@ -49,7 +49,7 @@ def import_(
 
     Example: cairn memory import memories.jsonl --source-ref gen-v3
     """
-    from cairn_cli.core import memories
+    from cairn_cli.core.store import memories
 
     lines = sum(1 for line in file.open("rb") if line.strip()) if file.is_file() else None
     with output.progress(lines, "importing") as tick:
@@ -76,7 +76,7 @@ def list_(
 
     Example: cairn memory list --scope cairn --json
     """
-    from cairn_cli.core import memories
+    from cairn_cli.core.store import memories
 
     views = memories.list_memories(settings(), scope=scope, kind=kind, include_superseded=all_, limit=limit)
     if json:
@@ -92,7 +92,7 @@ def show(memory_id: Annotated[int, typer.Argument(help="Memory id.")], json: Jso
 
     Example: cairn memory show 12
     """
-    from cairn_cli.core import memories
+    from cairn_cli.core.store import memories
 
     view = memories.get_memory(memory_id, settings())
     if json:
@@ -110,14 +110,14 @@ def supersede(
 
     Example: cairn memory supersede 12 40
     """
-    from cairn_cli.core import memories
+    from cairn_cli.core.store import memories
 
     view = memories.supersede(old, new, settings())
     output.json_out(view) if json else output.text_out(f"memory {old} is superseded by {new}")
 
 
 def _evidence(ids: list[int], json: bool, corroborate: bool) -> None:
-    from cairn_cli.core import memories
+    from cairn_cli.core.store import memories
 
     views = memories.record_evidence(ids, settings(), corroborate=corroborate)
     if json:
@@ -149,7 +149,7 @@ def embed(json: Json = False) -> None:
 
     Example: cairn memory embed
     """
-    from cairn_cli.core import memories
+    from cairn_cli.core.store import memories
 
     with output.progress(None, "embedding") as tick:
         n = memories.embed_missing(settings(), progress=tick)

@@ -40,7 +40,7 @@ def deliveries(
     s, start = settings(), stats.parse_since(since)
     groups = stats.delivery_stats(s, since=start, session=session)
     if plot is not None:
-        from cairn_cli.core.ab import arms
+        from cairn_cli.core.experiment.ab import arms
 
         version_arms = {v: arm for arm, v in arms(s).versions.items() if v}
         stats.plot(plot, groups, stats.arm_engagement(s, since=start, session=session, version_arms=version_arms))

@@ -61,7 +61,7 @@ def train_reranker(
     held-out pairs. A deployed student replaces the live one atomically; the daemon picks it up on its next request.
     Example: cairn train-reranker --epochs 2 --engagement --json
     """
-    from cairn_cli.core import training
+    from cairn_cli.core.learning import training
 
     s = settings()
     if rollback:

@@ -255,7 +255,7 @@ def floor_stats(settings: Settings, *, since: dt.datetime | None = None, session
                 alarm_share: float = ALARM_SHARE) -> list[FloorStats]:
     """Per reranker model with graded deliveries carrying a reranker_score: how many of each grade score under the
     floor in force now; `alarm` when more than `alarm_share` of the grade-3 ones do."""
-    from cairn_cli.core.calibration import current_floor, drop_table
+    from cairn_cli.core.learning.calibration import current_floor, drop_table
     from cairn_cli.db.tables import MemoryDelivery as D
 
     open_stores(settings)

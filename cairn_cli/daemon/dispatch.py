@@ -62,7 +62,7 @@ def rank(fields: dict, overrides: dict, *, autostart: bool = False) -> dict:
 
 def _in_process(fields: dict, overrides: dict, *, fallback: str | None) -> dict:
     from cairn_cli.config import Settings
-    from cairn_cli.core.ranking import RankEngine, RankRequest, rank as run_rank
+    from cairn_cli.core.ranking.pipeline import RankEngine, RankRequest, rank as run_rank
 
     settings = Settings(**overrides)
     engine = (RankEngine.lexical_fallback(fallback, settings.FALLBACK_MAX_CANDIDATES) if fallback

@@ -61,7 +61,7 @@ class Daemon:
 
     # -- models -------------------------------------------------------------------------------------------
     def load(self) -> None:
-        from cairn_cli.core.ranking import RankEngine
+        from cairn_cli.core.ranking.pipeline import RankEngine
         from cairn_cli.ml.models import get_encoder
 
         threads = self.settings.TORCH_THREADS
@@ -83,7 +83,7 @@ class Daemon:
         """Resolve the reranker for this request's settings; when it (or the student on disk) changed, load the new
         one in the background and keep ranking with the current one until it is ready, so that a deployment never
         makes a prompt wait for a model load (`wait`: load now, at start-up)."""
-        from cairn_cli.core.reranking import resolve
+        from cairn_cli.core.ranking.reranking import resolve
 
         resolution = resolve(settings)
         stamp = None
@@ -104,7 +104,7 @@ class Daemon:
             threading.Thread(target=self._swap_reranker, args=(settings, resolution, sig, True), daemon=True).start()
 
     def _swap_reranker(self, settings: Settings, resolution, sig, locked: bool = False) -> None:
-        from cairn_cli.core.reranking import load_reranker
+        from cairn_cli.core.ranking.reranking import load_reranker
 
         reranker, notes = load_reranker(settings, resolution)
         with self.lock if locked else contextlib.nullcontext():  # swapped between requests, never during one
@@ -127,7 +127,7 @@ class Daemon:
         if self.state != "ready":
             return {"ok": False, "error": "daemon is still loading its models"}
         if op == "rank":
-            from cairn_cli.core.ranking import RankRequest, rank
+            from cairn_cli.core.ranking.pipeline import RankRequest, rank
 
             fields = req.get("request")
             if not isinstance(fields, dict):

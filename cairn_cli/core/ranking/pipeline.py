@@ -20,12 +20,12 @@ from typing import Protocol
 
 from cairn_cli import config
 from cairn_cli.config import Settings
-from cairn_cli.core import deliveries
-from cairn_cli.core.context import ContextWindow, build_context_window
-from cairn_cli.core.injection import format_block
-from cairn_cli.core.memories import embedding_text
-from cairn_cli.core.prefilter import is_self_referential_meta
-from cairn_cli.core.scoring import GLOBAL_SCOPE, Candidate, Scored, ScoringTable
+from cairn_cli.core.store import deliveries
+from cairn_cli.core.ranking.context import ContextWindow, build_context_window
+from cairn_cli.core.ranking.injection import format_block
+from cairn_cli.core.store.memories import embedding_text
+from cairn_cli.core.ranking.prefilter import is_self_referential_meta
+from cairn_cli.core.ranking.scoring import GLOBAL_SCOPE, Candidate, Scored, ScoringTable
 from cairn_cli.core.store import open_stores
 from cairn_cli.errors import DeadlineExceeded, InvalidInput, NotFound
 
@@ -157,7 +157,7 @@ class RankEngine:
     @classmethod
     def in_process(cls, settings: Settings, *, with_reranker: bool = True) -> RankEngine:
         """Load the configured models in this process (slow: for the daemon, tests and CAIRN_DAEMON=off)."""
-        from cairn_cli.core.reranking import load_reranker
+        from cairn_cli.core.ranking.reranking import load_reranker
         from cairn_cli.ml.models import get_encoder
 
         reranker, notes = load_reranker(settings) if with_reranker else (None, [])
@@ -227,7 +227,7 @@ class RankEngine:
 
     def _embed_and_store(self, cands: list[Candidate]):
         """Embed memories that have no usable embedding and store it (updated_at untouched: not a new version)."""
-        from cairn_cli.core.memories import store_embeddings
+        from cairn_cli.core.store.memories import store_embeddings
 
         if not cands:
             return []
@@ -364,7 +364,9 @@ class _Clock:
 
 def _deliver(request: RankRequest, settings: Settings, context: ContextWindow, chosen: list[Scored], dropped: dict,
              total: int, engine: RankEngine, *, scope: str | None, notes: list[str]) -> RankResult:
-    from cairn_cli.core import ab, hookstate, rules as generation_rules
+    from cairn_cli.core.experiment import ab
+    from cairn_cli.core.store import hookstate
+    from cairn_cli.core.experiment import rules as generation_rules
     from cairn_cli.db.tables import ephemeral_proxy
 
     turn = request.turn if request.turn is not None else deliveries.next_turn(request.session_id, settings)

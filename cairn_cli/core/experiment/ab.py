@@ -29,8 +29,8 @@ import random
 from dataclasses import asdict, dataclass, field
 
 from cairn_cli.config import Settings
-from cairn_cli.core import rules as generation_rules
-from cairn_cli.core import state
+from cairn_cli.core.experiment import rules as generation_rules
+from cairn_cli.core.store import state
 from cairn_cli.core.stats import wilson
 from cairn_cli.core.store import open_stores
 from cairn_cli.errors import InvalidInput

@@ -6,7 +6,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 
 from cairn_cli.config import Settings
-from cairn_cli.core.cm import CmBlock
+from cairn_cli.core.labels.cm import CmBlock
 from cairn_cli.core.store import open_stores
 from cairn_cli.errors import NotFound
 
@@ -51,7 +51,7 @@ def apply_relevance_grades(cm: CmBlock, session_id: str, settings: Settings, *, 
     A grade for a memory not delivered in that turn is rejected with a reason. Confidence evidence is recorded in
     the turn's hook_state, so re-applying the block does not count it twice.
     """
-    from cairn_cli.core.memories import confidence_of
+    from cairn_cli.core.store.memories import confidence_of
     from cairn_cli.db.tables import Memory, MemoryDelivery, ephemeral_proxy, memory_proxy
 
     open_stores(settings)

@@ -2,7 +2,7 @@
 payload turned into a ranking request (scope = CAIRN_HOOK_SCOPE or the name of the hook's cwd; a new project ranks
 the global memories; a missing transcript is a note, not an error; the turn is recorded in hook_state).
 Stdlib only, no dataclasses (their import costs 14 ms): this is the prompt hook's hot path. The Stop side is
-core/stop.py."""
+core/hooks/stop.py."""
 
 from __future__ import annotations
 

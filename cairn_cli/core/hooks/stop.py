@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 
 from cairn_cli.config import Settings
-from cairn_cli.core.hooks import HookPayload
+from cairn_cli.core.hooks.payload import HookPayload
 
 
 @dataclass
@@ -60,12 +60,12 @@ def response_text(payload: HookPayload, wait_ms: int) -> tuple[str | None, str |
 def apply_stop(payload: HookPayload, settings: Settings, *, embed_with_model, embed) -> StopReport:
     """Apply the turn's [cm] block and engagement. `embed_with_model(texts)` -> (model, vectors) | None is used
     for new memories, `embed(texts)` -> vectors | None for the semantic engagement test."""
-    from cairn_cli.core import hookstate
-    from cairn_cli.core.cm import parse_cm
-    from cairn_cli.core.engagement import engagement_decisions, turn_memories, write_decisions
-    from cairn_cli.core.labels import apply_relevance_grades
-    from cairn_cli.core.memories import add_memories, embedding_text
-    from cairn_cli.core.rules import live
+    from cairn_cli.core.store import hookstate
+    from cairn_cli.core.labels.cm import parse_cm
+    from cairn_cli.core.labels.engagement import engagement_decisions, turn_memories, write_decisions
+    from cairn_cli.core.labels.grades import apply_relevance_grades
+    from cairn_cli.core.store.memories import add_memories, embedding_text
+    from cairn_cli.core.experiment.rules import live
     from cairn_cli.core.store import open_stores
     from cairn_cli.core.text import sha256
     from cairn_cli.db.tables import MemoryDelivery, ephemeral_proxy, memory_proxy

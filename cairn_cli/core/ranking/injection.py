@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from html import escape
 
-from cairn_cli.core.context import INJECTION_TAG
+from cairn_cli.core.ranking.context import INJECTION_TAG
 
 
 def reliability(confidence: float) -> str:

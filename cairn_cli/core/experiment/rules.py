@@ -10,7 +10,7 @@ from html import escape
 from importlib import resources
 
 from cairn_cli.config import Settings
-from cairn_cli.core import state
+from cairn_cli.core.store import state
 
 SHIPPED_VERSION = "gen-1"
 VERSION_KEY = "generation_prompt_version"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from cairn_cli import config
 from cairn_cli.config import Settings
-from cairn_cli.core import state
+from cairn_cli.core.store import state
 
 FLOOR_KEY = "reranker_floor:{}"
 

@@ -11,7 +11,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from cairn_cli.core.memories import MemoryInput, validate_entry
+from cairn_cli.core.store.memories import MemoryInput, validate_entry
 from cairn_cli.errors import InvalidInput
 
 _BLOCK = re.compile(r"\[cm\](.*?)(?:\[/cm\]|\Z)", re.DOTALL | re.IGNORECASE)

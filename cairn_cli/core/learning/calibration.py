@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cairn_cli.config import Settings
-from cairn_cli.core import state
+from cairn_cli.core.store import state
 from cairn_cli.errors import InvalidInput, NotFound
 
 GRADES = (0, 1, 2, 3)
@@ -31,7 +31,7 @@ def engagement_semantic_min(settings: Settings) -> float:
 
 def current_floor(model: str, settings: Settings) -> float | None:
     """The floor in force for `model`: calibrated, else configured; None for a model with no floor (external)."""
-    from cairn_cli.core.reranking import FLOOR_KEY, floors
+    from cairn_cli.core.ranking.reranking import FLOOR_KEY, floors
     from cairn_cli.ml.reranker import STUDENT
 
     calibrated = state.get(FLOOR_KEY.format(model), settings)
@@ -126,7 +126,7 @@ def _graded_models() -> list[str]:
 def calibrate(settings: Settings, *, target: str = RERANKER, model: str | None = None, keep: float = 0.95,
               min_grade3: int = 20) -> CalibrationReport:
     """Propose a threshold for `target` from the graded deliveries (reranker: of `model`, default the live one)."""
-    from cairn_cli.core.reranking import FLOOR_KEY
+    from cairn_cli.core.ranking.reranking import FLOOR_KEY
     from cairn_cli.core.store import open_stores
     from cairn_cli.ml.reranker import NONE
 
@@ -140,7 +140,7 @@ def calibrate(settings: Settings, *, target: str = RERANKER, model: str | None =
                            "run `cairn grade` and `cairn engage` with the daemon's embedder first")
     elif target == RERANKER:
         if model is None:
-            from cairn_cli.core.reranking import resolve
+            from cairn_cli.core.ranking.reranking import resolve
 
             model = resolve(settings).name
         if model == NONE:

@@ -24,7 +24,7 @@ from typing import Callable
 
 from cairn_cli import config
 from cairn_cli.config import Settings
-from cairn_cli.core import state
+from cairn_cli.core.store import state
 from cairn_cli.core.store import open_stores
 from cairn_cli.errors import InvalidInput, NotFound
 
@@ -51,7 +51,7 @@ def silver_path() -> Path:
 
 
 def query_key(query: str) -> str:
-    from cairn_cli.core.context import context_key
+    from cairn_cli.core.ranking.context import context_key
 
     return context_key(query)
 
@@ -74,7 +74,7 @@ def engagement_rows(settings: Settings, *, min_pos: float) -> list[LabelRow]:
     """Ungraded deliveries with an engagement decision of a known method, as 0/3 pseudo-grades. A lexical row is
     a positive only when its overlap reaches `min_pos` (lexical engaged rows under it are left out); semantic
     rows are positives as decided."""
-    from cairn_cli.core.engagement import LEXICAL, SEMANTIC
+    from cairn_cli.core.labels.engagement import LEXICAL, SEMANTIC
     from cairn_cli.db.tables import Memory, MemoryDelivery
 
     open_stores(settings)
@@ -194,7 +194,7 @@ def composite_scorer(settings: Settings) -> Scorer:
     scope; confidence and recency weigh 0): the incumbent when no cross-encoder is live."""
     import numpy as np
 
-    from cairn_cli.core.scoring import Candidate, ScoringTable
+    from cairn_cli.core.ranking.scoring import Candidate, ScoringTable
     from cairn_cli.ml.models import get_encoder
 
     encoder = get_encoder(settings.EMBED_MODEL, settings.EMBED_DTYPE)
@@ -222,7 +222,7 @@ class Incumbent:
 
 def incumbent(settings: Settings) -> Incumbent:
     """What ranks now: the live cross-encoder (resolve_reranker) or, with none, the composite."""
-    from cairn_cli.core.reranking import load_reranker, resolve
+    from cairn_cli.core.ranking.reranking import load_reranker, resolve
 
     resolution = resolve(settings)
     reranker, _ = load_reranker(settings, resolution)

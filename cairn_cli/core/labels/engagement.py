@@ -171,8 +171,8 @@ def turn_memories(session_id: str, turn: int) -> list[MemoryText]:
 def engagement_decisions(memories: list[MemoryText], response: str, prompt: str, settings: Settings,
                          embed: Embed | None) -> tuple[list[Decision], list[str]]:
     """`decide` with the thresholds in force (the semantic one calibrated, else configured; only when enabled)."""
-    from cairn_cli.core.calibration import engagement_semantic_min
-    from cairn_cli.core.cm import strip_block
+    from cairn_cli.core.learning.calibration import engagement_semantic_min
+    from cairn_cli.core.labels.cm import strip_block
 
     return decide(memories, strip_block(response), prompt, lexical_min=settings.ENGAGEMENT_LEXICAL_MIN,
                   semantic_min=engagement_semantic_min(settings), chunk_chars=settings.ENGAGEMENT_CHUNK_CHARS,
@@ -194,8 +194,8 @@ def apply_engagement(session_id: str, response: str, settings: Settings, *, turn
                      prompt: str | None = None, embed: Embed | None = None) -> EngagementReport:
     """Decide and store engagement for each delivery of the turn (default: the session's latest). Idempotent:
     the same response gives the same rows. The prompt defaults to the one the prompt hook recorded."""
-    from cairn_cli.core.hookstate import turn_prompt
-    from cairn_cli.core.labels import latest_turn
+    from cairn_cli.core.store.hookstate import turn_prompt
+    from cairn_cli.core.labels.grades import latest_turn
     from cairn_cli.core.store import open_stores
     from cairn_cli.db.tables import ephemeral_proxy
 
