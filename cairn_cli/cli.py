@@ -8,7 +8,8 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from typing import Annotated, Callable, Optional
+from collections.abc import Callable
+from typing import Annotated
 
 import typer
 
@@ -16,8 +17,13 @@ from cairn_cli.commands import ab, calibrate, daemon, deliveries, engage, hook, 
 from cairn_cli.commands._common import set_globals
 from cairn_cli.errors import CairnError
 
-app = typer.Typer(name="cairn", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
-                  help="Decide which long-term memories an agent sees, label every delivery, learn from the labels.")
+app = typer.Typer(
+    name="cairn",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    help="Decide which long-term memories an agent sees, label every delivery, learn from the labels.",
+)
 memory_app = typer.Typer(no_args_is_help=True, help="The persistent memory store.")
 daemon_app = typer.Typer(no_args_is_help=True, help="The model daemon that keeps the hot path fast.")
 hook_app = typer.Typer(no_args_is_help=True, help="The Claude Code integration: the hooks and their installation.")
@@ -41,7 +47,7 @@ def handle_errors(fn: Callable) -> Callable:
             raise typer.Exit(130) from None
         except (typer.Exit, typer.Abort, SystemExit):
             raise
-        except Exception as exc:  # noqa: BLE001 - the one place that maps the unknown
+        except Exception as exc:
             if os.environ.get("CAIRN_DEBUG", "").lower() in ("1", "true", "yes"):
                 raise
             sys.stderr.write(f"error: unexpected {type(exc).__name__}: {exc} (set CAIRN_DEBUG=1 for a traceback)\n")
@@ -52,9 +58,10 @@ def handle_errors(fn: Callable) -> Callable:
 
 @app.callback()
 def root(
-    db_url: Annotated[Optional[str], typer.Option("--db-url", help="Memory store URL (overrides CAIRN_DB_URL).")] = None,
-    ephemeral_db_url: Annotated[Optional[str], typer.Option(
-        "--ephemeral-db-url", help="Delivery log URL (overrides CAIRN_EPHEMERAL_DB_URL).")] = None,
+    db_url: Annotated[str | None, typer.Option("--db-url", help="Memory store URL (overrides CAIRN_DB_URL).")] = None,
+    ephemeral_db_url: Annotated[
+        str | None, typer.Option("--ephemeral-db-url", help="Delivery log URL (overrides CAIRN_EPHEMERAL_DB_URL).")
+    ] = None,
 ) -> None:
     """cairn: memory injection with provenance, labels and a learned reranker."""
     set_globals(DB_URL=db_url, EPHEMERAL_DB_URL=ephemeral_db_url)

@@ -12,11 +12,16 @@ import os
 from cairn_cli.errors import ConfigError
 
 # typing and pathlib are not imported at module level: this module is on the hot path
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
+
 
 class Setting:
     """One named setting (a plain class: dataclasses costs 14 ms of import on the hook's hot path)."""
 
-    __slots__ = ("name", "default", "type", "doc")
+    __slots__ = ("default", "doc", "name", "type")
 
     def __init__(self, name: str, default: object, type: type, doc: str):
         self.name, self.default, self.type, self.doc = name, default, type, doc
@@ -26,8 +31,12 @@ _SETTINGS = [
     Setting("HOME", "", str, "Where cairn keeps its databases, logs and models (default: the platform data dir)."),
     Setting("DB_URL", "", str, "Memory store URL (sqlite:///path or postgresql://...); default $CAIRN_HOME/memory.db."),
     Setting("EPHEMERAL_DB_URL", "", str, "Deliveries/hook-state URL; default $CAIRN_HOME/ephemeral.db."),
-    Setting("EMBED_MODEL", "all-MiniLM-L6-v2", str,
-            "Embedding model: the bundled all-MiniLM-L6-v2, or `hashing` (tiny model-free encoder for tests/CI)."),
+    Setting(
+        "EMBED_MODEL",
+        "all-MiniLM-L6-v2",
+        str,
+        "Embedding model: the bundled all-MiniLM-L6-v2, or `hashing` (tiny model-free encoder for tests/CI).",
+    ),
     Setting("EMBED_DTYPE", "auto", str, "Embedding precision: fp32, bf16, or auto (bf16 on CPUs with AVX-512 BF16)."),
     Setting("SCORE_W_SIMILARITY", 0.50, float, "Composite weight of embedding cosine similarity."),
     Setting("SCORE_W_KEYWORDS", 0.15, float, "Composite weight of the keyword/lexical match (BM25, max-normalised)."),
@@ -46,41 +55,81 @@ _SETTINGS = [
     Setting("INJECTION_MAX_CHARS", 10000, int, "Upper bound of the printed injection block (Claude Code's limit)."),
     Setting("RERANKER_ENABLED", True, bool, "Use a cross-encoder rerank stage when one resolves."),
     Setting("RERANK_CANDIDATES", 20, int, "How many of the composite's best the cross-encoder rescores."),
-    Setting("RERANK_BLEND", 0.5, float,
-            "Final = (1-b)*composite + b*reranker, both min-max normalised over the reranked candidates."),
-    Setting("CROSS_ENCODER_STUDENT_PATH", "", str,
-            "Trained student directory (default $CAIRN_HOME/training_data/reranker-student); overrides all."),
+    Setting(
+        "RERANK_BLEND",
+        0.5,
+        float,
+        "Final = (1-b)*composite + b*reranker, both min-max normalised over the reranked candidates.",
+    ),
+    Setting(
+        "CROSS_ENCODER_STUDENT_PATH",
+        "",
+        str,
+        "Trained student directory (default $CAIRN_HOME/training_data/reranker-student); overrides all.",
+    ),
     Setting("CROSS_ENCODER_STUDENT_FLOOR", -100.0, float, "The student's floor (-100: off, it only reorders)."),
     Setting("RERANKER_BGE_ENABLED", True, bool, "Allow BAAI/bge-reranker-base (only on CUDA with enough VRAM)."),
     Setting("RERANKER_MIN_VRAM_GB", 6.0, float, "GPU memory bge-reranker-base needs."),
     Setting("RERANKER_FLOOR_MSMARCO", -3.0, float, "Floor of cross-encoder/ms-marco-MiniLM-L-6-v2 (raw logit)."),
     Setting("RERANKER_FLOOR_BGE", 0.015, float, "Floor of BAAI/bge-reranker-base (sigmoid score)."),
     Setting("RERANKER_DTYPE", "auto", str, "fp32, bf16, or auto (bf16 on CPUs with AVX-512 BF16/AMX)."),
-    Setting("RERANKER_MAX_LENGTH", 128, int,
-            "Token bound of a (context, memory) pair; the window is cut from its end, the prompt comes first."),
+    Setting(
+        "RERANKER_MAX_LENGTH",
+        128,
+        int,
+        "Token bound of a (context, memory) pair; the window is cut from its end, the prompt comes first.",
+    ),
     Setting("TORCH_THREADS", 0, int, "Torch intra-op threads in the daemon (0: all cores)."),
-    Setting("DAEMON", "auto", str,
-            "auto: rank in the daemon, else the lexical fallback; off: rank in this process with the models."),
-    Setting("FALLBACK_MAX_CANDIDATES", 5000, int,
-            "Daemon down: the lexical fallback ranks only this many most recently updated memories."),
+    Setting(
+        "DAEMON",
+        "auto",
+        str,
+        "auto: rank in the daemon, else the lexical fallback; off: rank in this process with the models.",
+    ),
+    Setting(
+        "FALLBACK_MAX_CANDIDATES",
+        5000,
+        int,
+        "Daemon down: the lexical fallback ranks only this many most recently updated memories.",
+    ),
     Setting("DAEMON_TIMEOUT_MS", 1500, int, "Hook client's connect+read timeout before the in-process fallback."),
-    Setting("ENGAGEMENT_LEXICAL_MIN", 0.25, float,
-            "Engaged when this share of a memory's distinctive terms (prompt terms removed) is in the response."),
-    Setting("ENGAGEMENT_SEMANTIC_ENABLED", True, bool,
-            "Second chance when the lexical test fails: cosine of memory and response chunks (the daemon's embedder)."),
+    Setting(
+        "ENGAGEMENT_LEXICAL_MIN",
+        0.25,
+        float,
+        "Engaged when this share of a memory's distinctive terms (prompt terms removed) is in the response.",
+    ),
+    Setting(
+        "ENGAGEMENT_SEMANTIC_ENABLED",
+        True,
+        bool,
+        "Second chance when the lexical test fails: cosine of memory and response chunks (the daemon's embedder).",
+    ),
     Setting("ENGAGEMENT_SEMANTIC_MIN", 0.55, float, "Cosine at which the semantic second chance counts as engaged."),
     Setting("ENGAGEMENT_CHUNK_CHARS", 400, int, "Response chunk size (characters) for the semantic test."),
     Setting("HOOK_SCOPE", "", str, "Scope the hooks rank and write in (default: the name of the hook's cwd)."),
-    Setting("HOOK_TRANSCRIPT_WAIT_MS", 500, int,
-            "Stop hook: how long to wait for the response to reach the transcript when the payload lacks it."),
-    Setting("AB_TEST_ENABLED", True, bool,
-            "Assign each main-agent prompt to arm A (live rules) or B (+ the candidate instruction); off: no arms."),
+    Setting(
+        "HOOK_TRANSCRIPT_WAIT_MS",
+        500,
+        int,
+        "Stop hook: how long to wait for the response to reach the transcript when the payload lacks it.",
+    ),
+    Setting(
+        "AB_TEST_ENABLED",
+        True,
+        bool,
+        "Assign each main-agent prompt to arm A (live rules) or B (+ the candidate instruction); off: no arms.",
+    ),
     Setting("AB_SEED", "", str, "Seed the per-prompt arm draw (tests, simulations); empty: truly random."),
     Setting("AB_SPRT_P1", 0.7, float, "The A/B test's alternative: P(B wins a session) under H1 (H0: 0.5)."),
     Setting("AB_ALPHA", 0.05, float, "False-promotion bound of the A/B test, however often cron looks."),
     Setting("AB_BETA", 0.1, float, "B is retired when the likelihood ratio falls under this (clearly not better)."),
-    Setting("AB_MATURE_DAYS", 7.0, float,
-            "A/B: a session counts once its newest memory is this old, on deliveries within this window (fixed outcome)."),
+    Setting(
+        "AB_MATURE_DAYS",
+        7.0,
+        float,
+        "A/B: a session counts once its newest memory is this old, on deliveries within this window (fixed outcome).",
+    ),
     Setting("AB_MIN_SESSIONS", 10, int, "Sessions that must be decided (B won or lost) before any A/B decision."),
     Setting("AB_MIN_GRADES", 10, int, "Agent grades each arm needs before the grade guard can pass."),
     Setting("AB_GRADE_TOLERANCE", 0.25, float, "The guard: B's mean grade may not be lower than A's by more."),
@@ -176,7 +225,7 @@ class Settings:
         self._overrides = {k: v for k, v in overrides.items() if v is not None}
         self._environ = environ
 
-    def __getattr__(self, name: str) -> object:
+    def __getattr__(self, name: str) -> Any:  # each setting has its own type (SETTINGS)
         if name.startswith("_") or name not in SETTINGS:
             raise AttributeError(name)
         return get(name, self._overrides.get(name), self._environ)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 
+
 def _rank_parser():
     import argparse
 
@@ -34,8 +35,13 @@ def fast_rank(argv: list[str]) -> int:
         from cairn_cli.hotpath import emit_rank, rank_fields, read_prompt
 
         prompt = read_prompt(args.prompt)
-        result = dispatch.rank(rank_fields(prompt, args.session, args.scope, args.transcript, args.k, args.layer,
-                                           args.turn, not args.no_log), {}, autostart=args.autostart)
+        result = dispatch.rank(
+            rank_fields(
+                prompt, args.session, args.scope, args.transcript, args.k, args.layer, args.turn, not args.no_log
+            ),
+            {},
+            autostart=args.autostart,
+        )
         emit_rank(result, args.json)
         return 0
     except CairnError as exc:

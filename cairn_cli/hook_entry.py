@@ -16,12 +16,10 @@ def log(line: str) -> None:
     """Append one line to $CAIRN_HOME/logs/hook.log; a hook must not fail because its log cannot be written."""
     try:
         from cairn_cli.config import home_dir
+        from cairn_cli.files import append_line
 
-        logs = os.path.join(home_dir(), "logs")
-        os.makedirs(logs, exist_ok=True)
-        with open(os.path.join(logs, LOG_NAME), "a", encoding="utf-8") as fh:
-            fh.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {line}\n")
-    except Exception:  # noqa: BLE001
+        append_line(os.path.join(home_dir(), "logs", LOG_NAME), f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {line}")
+    except Exception:
         pass
 
 
@@ -55,11 +53,13 @@ def run_prompt(raw: bytes | None = None) -> int:
             sys.stdout.write(result["injection"] + "\n")
             sys.stdout.flush()
         notes = "; ".join(result.get("notes", []))
-        log(f"prompt session={payload.session_id} turn={result['turn']} delivered={len(result['memories'])} "
+        log(
+            f"prompt session={payload.session_id} turn={result['turn']} delivered={len(result['memories'])} "
             f"ranker={result['ranker']} reranker={result['reranker_model']} "
-            f"ms={(time.perf_counter() - t0) * 1000:.0f}" + (f" notes: {notes}" if notes else ""))
+            f"ms={(time.perf_counter() - t0) * 1000:.0f}" + (f" notes: {notes}" if notes else "")
+        )
         return 0
-    except BaseException as exc:  # noqa: BLE001 - a hook never breaks the session
+    except BaseException as exc:
         return _failed("prompt", exc)
 
 
@@ -70,12 +70,15 @@ def run_stop(raw: bytes | None = None) -> int:
         from cairn_cli.config import Settings
         from cairn_cli.core.hooks.payload import STOP_EVENT, parse_payload
         from cairn_cli.core.hooks.stop import apply_stop
+        from cairn_cli.core.store import open_stores
         from cairn_cli.daemon import dispatch
 
         payload = parse_payload(_stdin() if raw is None else raw, STOP_EVENT)
-        report = apply_stop(payload, Settings(), embed_with_model=dispatch.embed_with_model, embed=dispatch.embed)
+        settings = Settings()
+        open_stores(settings)
+        report = apply_stop(payload, settings, embed_with_model=dispatch.embed_with_model, embed=dispatch.embed)
         extra = "; ".join(report.problems + report.notes)
         log(f"stop {report.summary()} ms={(time.perf_counter() - t0) * 1000:.0f}" + (f" | {extra}" if extra else ""))
         return 0
-    except BaseException as exc:  # noqa: BLE001
+    except BaseException as exc:
         return _failed("stop", exc)

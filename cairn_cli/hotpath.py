@@ -24,8 +24,16 @@ def read_prompt(value: str | None) -> str:
 
 
 def rank_fields(prompt, session, scope, transcript, k, layer, turn, log) -> dict:
-    return {"prompt": prompt, "session_id": session, "scope": scope, "transcript": transcript, "k": k,
-            "layer": layer, "turn": turn, "log": log}
+    return {
+        "prompt": prompt,
+        "session_id": session,
+        "scope": scope,
+        "transcript": transcript,
+        "k": k,
+        "layer": layer,
+        "turn": turn,
+        "log": log,
+    }
 
 
 def emit_rank(result: dict, as_json: bool) -> None:

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import orjson
 
@@ -41,8 +42,9 @@ def message(text: str) -> None:
     sys.stderr.flush()
 
 
-def table(rows: list[dict], columns: list[str], *, title: str | None = None,
-          widths: dict[str, int] | None = None) -> None:
+def table(
+    rows: list[dict], columns: list[str], *, title: str | None = None, widths: dict[str, int] | None = None
+) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -62,15 +64,18 @@ def key_values(pairs: dict, *, title: str | None = None) -> None:
 
 
 @contextmanager
-def progress(total: int | None, desc: str, *, enabled: bool = True, unit: str = "mem") -> Iterator[Callable[[int], None]]:
+def progress(
+    total: int | None, desc: str, *, enabled: bool = True, unit: str = "mem"
+) -> Iterator[Callable[[int], None]]:
     """A tqdm bar on stderr; yields a callback taking the number of items done."""
     if not enabled:
         yield lambda n: None
         return
     from tqdm import tqdm
 
-    bar = tqdm(total=total, desc=desc, file=sys.stderr, unit=unit, leave=False,
-               disable=None if sys.stderr.isatty() else True)
+    bar = tqdm(
+        total=total, desc=desc, file=sys.stderr, unit=unit, leave=False, disable=None if sys.stderr.isatty() else True
+    )
     try:
         yield bar.update
     finally:

@@ -28,19 +28,93 @@ from pathlib import Path
 
 import numpy as np
 
+from cairn_cli.core import metrics
+
 ROOT = Path(__file__).resolve().parents[1]
 CAIRN = str(Path(sys.executable).with_name("cairn"))
 TRANSCRIPT = ROOT.parent / "shared" / "data" / "claude_code" / "spotter" / "tool_heavy.jsonl"
-WORDS = ("deploy test database migration cache index query server client socket timeout retry config env "
-         "import module function class error exception log trace build release branch merge commit review "
-         "docker image container volume network port proxy header token session cookie auth user role admin "
-         "payment invoice order cart checkout price tax report email template queue worker job schedule cron "
-         "search vector embedding model rerank floor grade label memory store scope kind keyword daemon hook").split()
-PROMPTS = ["the integration tests fail with connection refused, what should I start first?",
-           "how do we deploy the release branch to production?",
-           "why is the search index missing the new products after the import?",
-           "the worker queue keeps retrying the same job, where is the retry config?",
-           "which port does the proxy forward the api to?"]
+WORDS = [
+    "deploy",
+    "test",
+    "database",
+    "migration",
+    "cache",
+    "index",
+    "query",
+    "server",
+    "client",
+    "socket",
+    "timeout",
+    "retry",
+    "config",
+    "env",
+    "import",
+    "module",
+    "function",
+    "class",
+    "error",
+    "exception",
+    "log",
+    "trace",
+    "build",
+    "release",
+    "branch",
+    "merge",
+    "commit",
+    "review",
+    "docker",
+    "image",
+    "container",
+    "volume",
+    "network",
+    "port",
+    "proxy",
+    "header",
+    "token",
+    "session",
+    "cookie",
+    "auth",
+    "user",
+    "role",
+    "admin",
+    "payment",
+    "invoice",
+    "order",
+    "cart",
+    "checkout",
+    "price",
+    "tax",
+    "report",
+    "email",
+    "template",
+    "queue",
+    "worker",
+    "job",
+    "schedule",
+    "cron",
+    "search",
+    "vector",
+    "embedding",
+    "model",
+    "rerank",
+    "floor",
+    "grade",
+    "label",
+    "memory",
+    "store",
+    "scope",
+    "kind",
+    "keyword",
+    "daemon",
+    "hook",
+]
+PROMPTS = [
+    "the integration tests fail with connection refused, what should I start first?",
+    "how do we deploy the release branch to production?",
+    "why is the search index missing the new products after the import?",
+    "the worker queue keeps retrying the same job, where is the retry config?",
+    "which port does the proxy forward the api to?",
+]
 
 
 def make_store(home: Path, n: int, seed: int = 7) -> None:
@@ -59,13 +133,24 @@ def make_store(home: Path, n: int, seed: int = 7) -> None:
     rows = []
     for i in range(n):
         text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(15, 45))) + f" (note {i})"
-        rows.append({"content": text, "content_hash": sha256(text), "norm_hash": sha256(normalise(text)),
-                     "keywords": rng.sample(WORDS, 3), "scope": "bench" if i % 2 else "global", "kind": "fact",
-                     "confidence": 0.75, "created_at": now, "updated_at": now, "embedding": vecs[i].tobytes(),
-                     "embedding_model": "all-MiniLM-L6-v2"})
+        rows.append(
+            {
+                "content": text,
+                "content_hash": sha256(text),
+                "norm_hash": sha256(normalise(text)),
+                "keywords": rng.sample(WORDS, 3),
+                "scope": "bench" if i % 2 else "global",
+                "kind": "fact",
+                "confidence": 0.75,
+                "created_at": now,
+                "updated_at": now,
+                "embedding": vecs[i].tobytes(),
+                "embedding_model": "all-MiniLM-L6-v2",
+            }
+        )
     with memory_proxy.atomic():
         for start in range(0, n, 2000):
-            Memory.insert_many(rows[start:start + 2000]).execute()
+            Memory.insert_many(rows[start : start + 2000]).execute()
     close_all()
 
 
@@ -109,8 +194,9 @@ def rank_cmd() -> list[str]:
 
 
 def check_path(home: Path, env: dict, expect_ranker: str, expect_reranker: str) -> None:
-    proc = subprocess.run([a.replace("{prompt}", PROMPTS[0]) for a in rank_cmd()] + ["--json"], env=env,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [a.replace("{prompt}", PROMPTS[0]) for a in rank_cmd()] + ["--json"], env=env, capture_output=True, text=True
+    )
     res = json.loads(proc.stdout)
     if res["ranker"] != expect_ranker or (expect_reranker and res["reranker_model"].split(":")[0] != expect_reranker):
         raise SystemExit(f"unexpected path: {res['ranker']} / {res['reranker_model']} ({res['notes']})")
@@ -129,13 +215,17 @@ def wait_for_reranker(home: Path, env: dict, length: int, timeout_s: float = 300
 
 def stats(ms: list[float], bare: float) -> dict:
     p50 = statistics.median(ms)
-    p95 = sorted(ms)[max(0, int(round(0.95 * len(ms))) - 1)]
+    p95 = metrics.percentile(ms, 95)
     return {"p50_ms": round(p50, 1), "p95_ms": round(p95, 1), "x_bare": round(p50 / bare, 2), "n": len(ms)}
 
 
 def daemon(home: Path, env: dict, action: str) -> dict:
-    proc = subprocess.run([CAIRN, "daemon", action, "--json", *(["--wait", "600"] if action == "start" else [])],
-                          env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [CAIRN, "daemon", action, "--json", *(["--wait", "600"] if action == "start" else [])],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     return json.loads(proc.stdout) if proc.stdout.strip() else {}
 
 
@@ -178,7 +268,8 @@ def main() -> int:
                 env_h = {**env_r, "CAIRN_HOOK_SCOPE": "bench"}
                 timed([CAIRN, "hook", "prompt"], env_h, 2, hook=True)
                 row[f"hook_prompt_rerank20@{length}"] = stats(
-                    timed([CAIRN, "hook", "prompt"], env_h, args.runs, hook=True), bare_p50)
+                    timed([CAIRN, "hook", "prompt"], env_h, args.runs, hook=True), bare_p50
+                )
             health = daemon(home, env_r, "status")
             row["daemon_rss_mb"] = health.get("rss_mb")
             row["reranker_dtype"] = health.get("reranker_dtype")
@@ -200,26 +291,36 @@ def write(results: dict, out: Path, args, sizes: list[int]) -> None:
     out.mkdir(exist_ok=True)
     (out / f"{args.name}.json").write_text(json.dumps(results, indent=2))
     b = results["bare_python"]
-    lines = ["# Hot path: `cairn rank` and `cairn hook prompt` as new processes", "",
-             f"- date: {dt.datetime.now().isoformat(timespec='seconds')}; machine: {os.cpu_count()} cores, no GPU",
-             f"- command: `python scripts/bench_hot_path.py --sizes {args.sizes} --runs {args.runs} --lengths "
-             f"{args.lengths}" + (f" --student-layers {args.student_layers}" if args.student_layers else "") + "`",
-             f"- student: the bundled MiniLM + a fresh head, {args.student_layers or 6} transformer layers",
-             f"- context: prompt + the last turns of a real transcript ({TRANSCRIPT.name}), k=5, deliveries logged; "
-             "the hook rows also draw the A/B arm, print the rules and record hook_state",
-             f"- bare `python -c pass`: p50 {b['p50_ms']} ms, p95 {b['p95_ms']} ms", "",
-             "| memories | path | p50 ms | p95 ms | × bare python | × the 1k figure |", "|---:|---|---:|---:|---:|---:|"]
+    lines = [
+        "# Hot path: `cairn rank` and `cairn hook prompt` as new processes",
+        "",
+        f"- date: {dt.datetime.now().isoformat(timespec='seconds')}; machine: {os.cpu_count()} cores, no GPU",
+        f"- command: `python scripts/bench_hot_path.py --sizes {args.sizes} --runs {args.runs} --lengths "
+        f"{args.lengths}" + (f" --student-layers {args.student_layers}" if args.student_layers else "") + "`",
+        f"- student: the bundled MiniLM + a fresh head, {args.student_layers or 6} transformer layers",
+        f"- context: prompt + the last turns of a real transcript ({TRANSCRIPT.name}), k=5, deliveries logged; "
+        "the hook rows also draw the A/B arm, print the rules and record hook_state",
+        f"- bare `python -c pass`: p50 {b['p50_ms']} ms, p95 {b['p95_ms']} ms",
+        "",
+        "| memories | path | p50 ms | p95 ms | × bare python | × the 1k figure |",
+        "|---:|---|---:|---:|---:|---:|",
+    ]
     for n in sizes:
         row = results["sizes"][n]
         labels = [("daemon_composite", "daemon, composite only")]
         for length in [int(x) for x in args.lengths.split(",")]:
-            labels += [(f"daemon_rerank20@{length}", f"daemon, + cross-encoder top 20 ({row['reranker_dtype']}, "
-                                                     f"{length} tokens)"),
-                       (f"hook_prompt_rerank20@{length}", f"`cairn hook prompt`, same daemon ({length} tokens)")]
+            labels += [
+                (
+                    f"daemon_rerank20@{length}",
+                    f"daemon, + cross-encoder top 20 ({row['reranker_dtype']}, {length} tokens)",
+                ),
+                (f"hook_prompt_rerank20@{length}", f"`cairn hook prompt`, same daemon ({length} tokens)"),
+            ]
         for key, label in labels + [("fallback", "daemon down: lexical fallback")]:
             r = row[key]
-            lines.append(f"| {n:,} | {label} | {r['p50_ms']} | {r['p95_ms']} | {r['x_bare']} | "
-                         f"{r.get('x_smallest', '')} |")
+            lines.append(
+                f"| {n:,} | {label} | {r['p50_ms']} | {r['p95_ms']} | {r['x_bare']} | {r.get('x_smallest', '')} |"
+            )
     lines += ["", "| memories | daemon resident memory (MB) |", "|---:|---:|"]
     lines += [f"| {n:,} | {results['sizes'][n]['daemon_rss_mb']} |" for n in sizes]
     (out / f"{args.name}.md").write_text("\n".join(lines) + "\n")

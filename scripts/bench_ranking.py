@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import math
 import os
 import platform
 import re
@@ -23,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from cairn_cli.core import metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data"
@@ -66,14 +67,16 @@ def _rank(scores: np.ndarray) -> np.ndarray:
 
 # ---------------------------------------------------------------- systems
 
+
 def _bm25s_index(store: Store) -> tuple[Any, Any]:
     import bm25s
     import Stemmer
 
     stemmer = Stemmer.Stemmer("english")
     retriever = bm25s.BM25()
-    retriever.index(bm25s.tokenize(store.texts, stopwords="en", stemmer=stemmer, show_progress=False),
-                    show_progress=False)
+    retriever.index(
+        bm25s.tokenize(store.texts, stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False
+    )
     return retriever, stemmer
 
 
@@ -81,8 +84,7 @@ def bm25s_scores(store: Store, query: Query) -> np.ndarray:
     import bm25s
 
     retriever, stemmer = store.cached("bm25s", _bm25s_index)
-    tokens = bm25s.tokenize([query.text], stopwords="en", stemmer=stemmer, return_ids=False,
-                            show_progress=False)[0]
+    tokens = bm25s.tokenize([query.text], stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False)[0]
     ids = retriever.get_tokens_ids(tokens)
     return retriever.get_scores_from_ids(ids) if ids else np.zeros(len(store.texts), dtype=np.float32)
 
@@ -97,16 +99,24 @@ def _cairn_table(store: Store) -> tuple[Any, Any]:
     from cairn_cli.core.ranking.scoring import Candidate, ScoringTable
 
     settings = Settings()
-    cands = [Candidate(id=i, content=text, keywords=[], scope="bench", kind="fact", confidence=0.75,
-                       updated_at=NOW) for i, text in enumerate(store.texts)]
+    cands = [
+        Candidate(id=i, content=text, keywords=[], scope="bench", kind="fact", confidence=0.75, updated_at=NOW)
+        for i, text in enumerate(store.texts)
+    ]
     return settings, ScoringTable(cands, settings.KEYWORD_FIELD_WEIGHT)
 
 
 def composite_system(store: Store, query: Query) -> np.ndarray:
     """cairn's scorer, called as core/ranking/pipeline.py calls it (full ranking: top=None; no score > 0 filter)."""
     s, table = store.cached("cairn", _cairn_table)
-    scored = table.score(query.text, cosine(store, query), scope=None, weights=s.weights(),
-                         half_life_days=s.RECENCY_HALF_LIFE_DAYS, now=NOW)
+    scored = table.score(
+        query.text,
+        cosine(store, query),
+        scope=None,
+        weights=s.weights(),
+        half_life_days=s.RECENCY_HALF_LIFE_DAYS,
+        now=NOW,
+    )
     return np.array([sc.candidate.id for sc in scored])
 
 
@@ -117,13 +127,19 @@ def reranker_system(model) -> System:
 
     def system(store: Store, query: Query) -> np.ndarray:
         s, table = store.cached("cairn", _cairn_table)
-        scored = table.score(query.text, cosine(store, query), scope=None, weights=s.weights(),
-                             half_life_days=s.RECENCY_HALF_LIFE_DAYS, now=NOW)
-        head = scored[:s.RERANK_CANDIDATES]
+        scored = table.score(
+            query.text,
+            cosine(store, query),
+            scope=None,
+            weights=s.weights(),
+            half_life_days=s.RECENCY_HALF_LIFE_DAYS,
+            now=NOW,
+        )
+        head = scored[: s.RERANK_CANDIDATES]
         kept, _ = rerank_stage(head, query.text, model, s.RERANK_BLEND)
         kept_ids = [x.candidate.id for x in kept]
         dropped = [x.candidate.id for x in head if x.candidate.id not in set(kept_ids)]
-        rest = [x.candidate.id for x in scored[s.RERANK_CANDIDATES:]]
+        rest = [x.candidate.id for x in scored[s.RERANK_CANDIDATES :]]
         return np.array(kept_ids + rest + dropped)
 
     return system
@@ -142,8 +158,9 @@ def load_reranker(choice: str):
     if choice == "auto":
         model, notes = reranking.load_reranker(settings)
         return model, "; ".join(notes) or "resolved by resolve_reranker()"
-    res = Resolution("student", f"student:{choice}", Path(choice), settings.CROSS_ENCODER_STUDENT_FLOOR, "cpu",
-                     "identity")
+    res = Resolution(
+        "student", f"student:{choice}", Path(choice), settings.CROSS_ENCODER_STUDENT_FLOOR, "cpu", "identity"
+    )
     return CrossEncoderReranker(res, dtype=settings.RERANKER_DTYPE, max_length=settings.RERANKER_MAX_LENGTH), choice
 
 
@@ -155,6 +172,7 @@ SYSTEMS: dict[str, System] = {
 
 
 # ---------------------------------------------------------------- diagnostic variants (stdout only)
+
 
 def cairn_bm25_scores(store: Store, query: Query) -> np.ndarray:
     from cairn_cli.core.text import terms
@@ -177,6 +195,7 @@ def fusion(w_lex: float, w_sim: float = 0.50, norm: str = "max", lex: Callable =
         sims = np.maximum(sims, 0.0) if norm == "max" else _normalise(sims, norm)
         score = w_sim * sims + w_lex * _normalise(lex(store, query), norm)
         return np.lexsort((-np.arange(len(score)), -score))  # composite's tie-break: newer (higher) id first
+
     return system
 
 
@@ -200,10 +219,13 @@ DIAGNOSTICS: dict[str, System] = {
 
 # ---------------------------------------------------------------- metrics
 
+
 def ndcg(ranking: np.ndarray, relevant: dict[int, int], k: int = K_NDCG) -> float:
-    dcg = sum(relevant.get(int(d), 0) / math.log2(i + 2) for i, d in enumerate(ranking[:k]))
-    ideal = sum(g / math.log2(i + 2) for i, g in enumerate(sorted(relevant.values(), reverse=True)[:k]))
-    return dcg / ideal
+    # linear gain: Cranfield's graded judgments were reported that way from the first run
+    return (
+        metrics.ndcg([relevant.get(int(d), 0) for d in ranking[:k]], list(relevant.values()), k, exponential=False)
+        or 0.0
+    )
 
 
 def average_precision(ranking: np.ndarray, relevant: dict[int, int], k: int = K_MAP) -> float:
@@ -212,12 +234,11 @@ def average_precision(ranking: np.ndarray, relevant: dict[int, int], k: int = K_
 
 
 def recall(ranking: np.ndarray, relevant: dict[int, int], k: int) -> float:
-    return len(relevant.keys() & {int(d) for d in ranking[:k]}) / len(relevant)
+    return metrics.recall_at([int(d) for d in ranking[:k]], set(relevant), k) or 0.0
 
 
 CRAN_METRICS = {"NDCG@10": ndcg, "MAP@100": average_precision}
-LOCOMO_METRICS = {"R@5": lambda r, rel: recall(r, rel, 5), "R@10": lambda r, rel: recall(r, rel, 10),
-                  "NDCG@10": ndcg}
+LOCOMO_METRICS = {"R@5": lambda r, rel: recall(r, rel, 5), "R@10": lambda r, rel: recall(r, rel, 10), "NDCG@10": ndcg}
 
 
 def evaluate(stores: list[Store], systems: dict[str, System], metrics: dict[str, Callable]) -> dict:
@@ -233,12 +254,14 @@ def evaluate(stores: list[Store], systems: dict[str, System], metrics: dict[str,
                     rows.setdefault(q.category, []).append(values)
                 if q.category != EXCLUDED_CATEGORY:
                     rows.setdefault("all", []).append(values)
-        out[name] = {group: {"n": len(v), **dict(zip(metrics, np.mean(v, axis=0).tolist()))}
-                     for group, v in rows.items()}
+        out[name] = {
+            group: {"n": len(v), **dict(zip(metrics, np.mean(v, axis=0).tolist()))} for group, v in rows.items()
+        }
     return out
 
 
 # ---------------------------------------------------------------- datasets
+
 
 def _encode(texts: list[str]) -> np.ndarray:
     from cairn_cli.ml.models import get_encoder
@@ -289,14 +312,24 @@ def load_locomo(data: Path, limit: int | None) -> tuple[dict[str, list[Store]], 
     stores: dict[str, list[Store]] = {"turns": [], "observations": []}
     skipped = {"turns": 0, "observations": 0}
     for conv in convs:
-        sessions = sorted((int(m.group(1)), v) for k, v in conv["conversation"].items()
-                          if (m := re.fullmatch(r"session_(\d+)", k)) and isinstance(v, list))
+        sessions = sorted(
+            (int(m.group(1)), v)
+            for k, v in conv["conversation"].items()
+            if (m := re.fullmatch(r"session_(\d+)", k)) and isinstance(v, list)
+        )
         turns = [(dia_ids(t["dia_id"]), f"{t['speaker']}: {t['text']}") for _, s in sessions for t in s]
-        observations = [(dia_ids(ref), text) for _, by_speaker in sorted(conv["observation"].items())
-                        for facts in by_speaker.values() for text, ref in facts]
+        observations = [
+            (dia_ids(ref), text)
+            for _, by_speaker in sorted(conv["observation"].items())
+            for facts in by_speaker.values()
+            for text, ref in facts
+        ]
         qa = conv["qa"][:limit]
-        print(f"locomo {conv['sample_id']}: embedding {len(turns)} turns, {len(observations)} observations, "
-              f"{len(qa)} questions", file=sys.stderr)
+        print(
+            f"locomo {conv['sample_id']}: embedding {len(turns)} turns, {len(observations)} observations, "
+            f"{len(qa)} questions",
+            file=sys.stderr,
+        )
         qvecs = _encode([q["question"] for q in qa])
         for variant, memories in (("turns", turns), ("observations", observations)):
             texts = [text for _, text in memories]
@@ -314,6 +347,7 @@ def load_locomo(data: Path, limit: int | None) -> tuple[dict[str, list[Store]], 
 
 # ---------------------------------------------------------------- reporting
 
+
 def table(header: list[str], rows: list[list[Any]]) -> str:
     cells = [[f"{c:.3f}" if isinstance(c, float) else str(c) for c in row] for row in rows]
     rule = "|---|" + "---:|" * (len(header) - 1)
@@ -322,8 +356,9 @@ def table(header: list[str], rows: list[list[Any]]) -> str:
 
 def overall_table(res: dict[str, dict], metrics: dict, first: str = "system") -> str:
     """One row per system, overall figures (Cranfield, and the diagnostic section)."""
-    return table([first, "queries", *metrics], [[s, r["all"]["n"], *(r["all"][m] for m in metrics)]
-                                                for s, r in res.items()])
+    return table(
+        [first, "queries", *metrics], [[s, r["all"]["n"], *(r["all"][m] for m in metrics)] for s, r in res.items()]
+    )
 
 
 def category_table(res: dict[str, dict], metrics: dict) -> str:
@@ -333,8 +368,11 @@ def category_table(res: dict[str, dict], metrics: dict) -> str:
     for group in [*sorted(LOCOMO_CATEGORIES), "all"]:
         if (first := res[systems[0]].get(group)) is None:
             continue
-        label = ("**overall (excl. 5)**" if group == "all" else
-                 f"{group} {LOCOMO_CATEGORIES[group]}" + (" (excluded)" if group == EXCLUDED_CATEGORY else ""))
+        label = (
+            "**overall (excl. 5)**"
+            if group == "all"
+            else f"{group} {LOCOMO_CATEGORIES[group]}" + (" (excluded)" if group == EXCLUDED_CATEGORY else "")
+        )
         rows.append([label, first["n"], *(res[s][group][m] for s in systems for m in metrics)])
     return table(["category", "n", *(f"{s} {m}" for s in systems for m in metrics)], rows)
 
@@ -343,19 +381,29 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="shared data dir (default: ../shared/data)")
     parser.add_argument("--datasets", default="cranfield,locomo", help="comma-separated: cranfield,locomo")
-    parser.add_argument("--limit-queries", type=int, default=None, metavar="N",
-                        help="at most N queries per store (quick run; LoCoMo has 7 stores per variant)")
+    parser.add_argument(
+        "--limit-queries",
+        type=int,
+        default=None,
+        metavar="N",
+        help="at most N queries per store (quick run; LoCoMo has 7 stores per variant)",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench", help="where ranking.md / ranking.json go")
     parser.add_argument("--diagnose", action="store_true", help="also print composite variants (stdout only)")
-    parser.add_argument("--reranker", default="auto",
-                        help="composite + reranker row: auto (the live resolve_reranker()), none, or a model dir")
+    parser.add_argument(
+        "--reranker",
+        default="auto",
+        help="composite + reranker row: auto (the live resolve_reranker()), none, or a model dir",
+    )
     args = parser.parse_args(argv)
     datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
     if unknown := set(datasets) - {"cranfield", "locomo"}:
         parser.error(f"unknown datasets: {', '.join(sorted(unknown))}")
     if missing := [d for d in datasets if not (args.data / d).is_dir()]:
-        sys.exit(f"error: benchmark data not found: {', '.join(str(args.data / d) for d in missing)} "
-                 "(the shared data folder sits next to the project; pass --data DIR)")
+        sys.exit(
+            f"error: benchmark data not found: {', '.join(str(args.data / d) for d in missing)} "
+            "(the shared data folder sits next to the project; pass --data DIR)"
+        )
     for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         os.environ.setdefault(var, "1")
     from cairn_cli.config import Settings
@@ -365,47 +413,79 @@ def main(argv: list[str] | None = None) -> int:
     model, why = load_reranker(args.reranker)
     if model is not None:
         systems["composite+reranker"] = reranker_system(model)
-    reranker_line = (f"composite+reranker: {model.name} ({model.dtype}, floor {model.floor}, blend "
-                     f"{Settings().RERANK_BLEND})" if model else f"composite+reranker: no row — {why}")
+    reranker_line = (
+        f"composite+reranker: {model.name} ({model.dtype}, floor {model.floor}, blend {Settings().RERANK_BLEND})"
+        if model
+        else f"composite+reranker: no row — {why}"
+    )
     # (results key, section title, stores, metrics, size line)
     jobs: list[tuple[str, str, list[Store], dict[str, Callable], str]] = []
     results: dict[str, Any] = {}
     if "cranfield" in datasets:
         stores = load_cranfield(args.data, args.limit_queries)
-        jobs.append(("cranfield", "Cranfield (graded NDCG@10, MAP@100; text = title + abstract)", stores,
-                     CRAN_METRICS, f"Cranfield: {len(stores[0].texts)} docs, {len(stores[0].queries)} queries "
-                     "with a relevant judgment"))
+        jobs.append(
+            (
+                "cranfield",
+                "Cranfield (graded NDCG@10, MAP@100; text = title + abstract)",
+                stores,
+                CRAN_METRICS,
+                f"Cranfield: {len(stores[0].texts)} docs, {len(stores[0].queries)} queries with a relevant judgment",
+            )
+        )
     if "locomo" in datasets:
         by_variant, skipped = load_locomo(args.data, args.limit_queries)
         results["locomo_skipped_no_relevant"] = skipped
         for variant, stores in by_variant.items():
-            jobs.append((f"locomo_{variant}", f"LoCoMo dev: {variant} (binary NDCG@10; overall excludes category 5)",
-                         stores, LOCOMO_METRICS,
-                         f"LoCoMo dev {variant}: {len(stores)} stores, {sum(len(s.texts) for s in stores)} memories, "
-                         f"{sum(len(s.queries) for s in stores)} questions "
-                         f"({skipped[variant]} skipped: no resolvable relevant memory)"))
+            jobs.append(
+                (
+                    f"locomo_{variant}",
+                    f"LoCoMo dev: {variant} (binary NDCG@10; overall excludes category 5)",
+                    stores,
+                    LOCOMO_METRICS,
+                    f"LoCoMo dev {variant}: {len(stores)} stores, {sum(len(s.texts) for s in stores)} memories, "
+                    f"{sum(len(s.queries) for s in stores)} questions "
+                    f"({skipped[variant]} skipped: no resolvable relevant memory)",
+                )
+            )
     sections, diagnostics = [], []
-    for key, title, stores, metrics, _ in jobs:
-        results[key] = evaluate(stores, systems, metrics)
+    for key, title, stores, metric_set, _ in jobs:
+        results[key] = evaluate(stores, systems, metric_set)
         render = overall_table if key == "cranfield" else category_table
-        sections.append(f"## {title}\n\n{render(results[key], metrics)}")
+        sections.append(f"## {title}\n\n{render(results[key], metric_set)}")
         if args.diagnose:
             t0 = time.perf_counter()
-            diagnostics.append(f"### {key} (overall)\n\n"
-                               + overall_table(evaluate(stores, DIAGNOSTICS, metrics), metrics, "variant"))
+            diagnostics.append(
+                f"### {key} (overall)\n\n" + overall_table(evaluate(stores, DIAGNOSTICS, metrics), metrics, "variant")
+            )
             diag_seconds += time.perf_counter() - t0
     elapsed = time.perf_counter() - start - diag_seconds
     command = " ".join(["python", *sys.argv]) if argv is None else f"main({argv!r})"
-    meta = {"date": dt.datetime.now().isoformat(timespec="seconds"), "machine": f"{os.cpu_count()} cores CPU "
-            f"({platform.machine()}, {platform.python_implementation()} {platform.python_version()}), no GPU",
-            "command": command, "weights": Settings().weights(), "sizes": [job[4] for job in jobs],
-            "seconds": round(elapsed, 1), "diagnostic_seconds": round(diag_seconds, 1), "reranker": reranker_line}
-    header = "\n".join([
-        "# Ranking benchmark: BM25 vs dense vs composite", "", f"- date: {meta['date']}",
-        f"- machine: {meta['machine']}", f"- command: `{command}`", f"- composite weights: {meta['weights']}",
-        "- dense: all-MiniLM-L6-v2 cosine; bm25: bm25s (Lucene BM25, k1=1.5, b=0.75, PyStemmer English, "
-        "bm25s's 33-word English stop list)", f"- {reranker_line}", *(f"- {line}" for line in meta["sizes"]),
-        f"- run time: {elapsed:.0f} s (model load, embedding, all systems; diagnostics excluded)"])
+    meta = {
+        "date": dt.datetime.now().isoformat(timespec="seconds"),
+        "machine": f"{os.cpu_count()} cores CPU "
+        f"({platform.machine()}, {platform.python_implementation()} {platform.python_version()}), no GPU",
+        "command": command,
+        "weights": Settings().weights(),
+        "sizes": [job[4] for job in jobs],
+        "seconds": round(elapsed, 1),
+        "diagnostic_seconds": round(diag_seconds, 1),
+        "reranker": reranker_line,
+    }
+    header = "\n".join(
+        [
+            "# Ranking benchmark: BM25 vs dense vs composite",
+            "",
+            f"- date: {meta['date']}",
+            f"- machine: {meta['machine']}",
+            f"- command: `{command}`",
+            f"- composite weights: {meta['weights']}",
+            "- dense: all-MiniLM-L6-v2 cosine; bm25: bm25s (Lucene BM25, k1=1.5, b=0.75, PyStemmer English, "
+            "bm25s's 33-word English stop list)",
+            f"- {reranker_line}",
+            *(f"- {line}" for line in meta["sizes"]),
+            f"- run time: {elapsed:.0f} s (model load, embedding, all systems; diagnostics excluded)",
+        ]
+    )
     report = header + "\n\n" + "\n\n".join(sections) + "\n"
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "ranking.md").write_text(report)

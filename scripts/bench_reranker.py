@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from cairn_cli.core import metrics
+
 os.environ["HF_HUB_OFFLINE"] = os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -81,6 +83,7 @@ def variants(default_threads: int) -> list[Variant]:
 
 # ---------------------------------------------------------------- data
 
+
 def load_windows(data: Path, n: int, seed: int) -> list[Window]:
     """Cairn-shaped context windows (question, then earlier turns newest first) and their 20 candidates."""
     windows: list[Window] = []
@@ -94,12 +97,16 @@ def load_windows(data: Path, n: int, seed: int) -> list[Window]:
         pool = [m for m in facts + said if MEMORY_CHARS[0] <= len(m) <= MEMORY_CHARS[1]]
         pool_words = [set(WORD.findall(m.lower())) for m in pool]
         for qa in conv["qa"]:
-            hits = [position[f"D{s}:{k}"] for ev in qa.get("evidence", []) for s, k in DIA_ID.findall(ev)
-                    if f"D{s}:{k}" in position]
+            hits = [
+                position[f"D{s}:{k}"]
+                for ev in qa.get("evidence", [])
+                for s, k in DIA_ID.findall(ev)
+                if f"D{s}:{k}" in position
+            ]
             if qa.get("category") == 5 or not hits:
                 continue
             parts, budget = [qa["question"]], CONTEXT_MAX_CHARS - len(qa["question"])
-            for text in reversed(said[:min(hits)]):  # cairn's build_context_window budget, newest first
+            for text in reversed(said[: min(hits)]):  # cairn's build_context_window budget, newest first
                 if budget <= 8:
                     break
                 parts.append(text[: budget - 1])
@@ -127,6 +134,7 @@ def load_trec(data: Path, n_queries: int, per_query: int, seed: int) -> list[Tre
 
 # ---------------------------------------------------------------- models
 
+
 def build_scorer(v: Variant, path: Path) -> Scorer:
     import torch
 
@@ -138,12 +146,14 @@ def build_scorer(v: Variant, path: Path) -> Scorer:
         def predict(q: str, texts: list[str]) -> np.ndarray:
             p = np.clip(ce.predict([(q, t) for t in texts], show_progress_bar=False).astype(np.float64), 1e-7, 1 - 1e-7)
             return np.log(p) - np.log1p(-p)  # back to the logit, comparable with cairn's identity activation
+
         return predict
     from cairn_cli.ml.reranker import CrossEncoderReranker, Resolution
 
     res = Resolution(role="student", name="bench", path=path, floor=-100.0, device="cpu", activation="identity")
-    rr = CrossEncoderReranker(res, dtype="bf16" if v.dtype == "bf16" else "fp32", max_length=v.max_length,
-                              batch_size=v.batch)
+    rr = CrossEncoderReranker(
+        res, dtype="bf16" if v.dtype == "bf16" else "fp32", max_length=v.max_length, batch_size=v.batch
+    )
     if v.dtype == "int8":
         torch.ao.quantization.quantize_dynamic(rr.model.model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
     return lambda q, texts: np.asarray(rr.logits(q, texts), dtype=np.float64)
@@ -151,15 +161,17 @@ def build_scorer(v: Variant, path: Path) -> Scorer:
 
 # ---------------------------------------------------------------- measurements
 
-def time_hot_path(vs: list[Variant], scorers: dict[Variant, Scorer], windows: list[Window],
-                  started: float) -> tuple[dict[Variant, list[float]], dict[Variant, list[np.ndarray]]]:
+
+def time_hot_path(
+    vs: list[Variant], scorers: dict[Variant, Scorer], windows: list[Window], started: float
+) -> tuple[dict[Variant, list[float]], dict[Variant, list[np.ndarray]]]:
     """Round r runs every variant once on window r, in a rotated order; round 0 is the warm-up."""
     import torch
 
     times: dict[Variant, list[float]] = {v: [] for v in vs}
     scores: dict[Variant, list[np.ndarray]] = {v: [] for v in vs}
     for r, w in enumerate(windows):
-        for v in vs[r % len(vs):] + vs[: r % len(vs)]:
+        for v in vs[r % len(vs) :] + vs[: r % len(vs)]:
             torch.set_num_threads(v.threads)
             t0 = time.perf_counter()
             s = scorers[v](w.context, w.memories)
@@ -170,8 +182,9 @@ def time_hot_path(vs: list[Variant], scorers: dict[Variant, Scorer], windows: li
     return times, scores
 
 
-def score_trec(vs: list[Variant], scorers: dict[Variant, Scorer],
-               trec: list[TrecQuery]) -> tuple[dict[Variant, list[np.ndarray]], dict[Variant, float]]:
+def score_trec(
+    vs: list[Variant], scorers: dict[Variant, Scorer], trec: list[TrecQuery]
+) -> tuple[dict[Variant, list[np.ndarray]], dict[Variant, float]]:
     """Every query's judged passages in one call; max_length < 512 rescores only the pairs it truncates."""
     scores: dict[Variant, list[np.ndarray]] = {}
     rate: dict[Variant, float] = {}
@@ -192,9 +205,8 @@ def score_trec(vs: list[Variant], scorers: dict[Variant, Scorer],
 
 
 def ndcg10(scores: np.ndarray, grades: np.ndarray) -> float:
-    disc = 1.0 / np.log2(np.arange(2, 12))
-    top, ideal = grades[np.argsort(-scores, kind="stable")][:10], np.sort(grades)[::-1][:10]
-    return float(top @ disc[: len(top)] / (ideal @ disc[: len(ideal)]))
+    ranked = grades[np.argsort(-scores, kind="stable")].tolist()
+    return metrics.ndcg(ranked, grades.tolist(), 10, exponential=False) or 0.0
 
 
 def fidelity(runs: list[np.ndarray], refs: list[np.ndarray], k: int) -> dict[str, float]:
@@ -202,28 +214,47 @@ def fidelity(runs: list[np.ndarray], refs: list[np.ndarray], k: int) -> dict[str
     reference scores within a query (rankings flip once it nears 1; a trained head's larger spread lowers it)."""
     from scipy.stats import spearmanr
 
-    top = lambda a: set(np.argsort(-a, kind="stable")[:k])
-    return {"spearman": float(np.nanmean([spearmanr(a, b).statistic for a, b in zip(runs, refs)])),
-            f"top{k}_identical": float(np.mean([top(a) == top(b) for a, b in zip(runs, refs)])),
-            "noise_to_spread": float(np.median([(a - b).std() / b.std() for a, b in zip(runs, refs)])),
-            "max_abs_dlogit": float(max(np.abs(a - b).max() for a, b in zip(runs, refs))),
-            "reference_spread": float(np.median([b.std() for b in refs]))}
+    def top(a):
+        return set(np.argsort(-a, kind="stable")[:k])
+
+    return {
+        "spearman": float(np.nanmean([spearmanr(a, b).statistic for a, b in zip(runs, refs)])),
+        f"top{k}_identical": float(np.mean([top(a) == top(b) for a, b in zip(runs, refs)])),
+        "noise_to_spread": float(np.median([(a - b).std() / b.std() for a, b in zip(runs, refs)])),
+        "max_abs_dlogit": float(max(np.abs(a - b).max() for a, b in zip(runs, refs))),
+        "reference_spread": float(np.median([b.std() for b in refs])),
+    }
 
 
 def token_stats(tok: Any, windows: list[Window], trec: list[TrecQuery]) -> dict[str, Any]:
-    pct = lambda xs: {"median": float(np.median(xs)), "p90": float(np.percentile(xs, 90)), "max": int(np.max(xs))}
+    def pct(xs):
+        return {"median": float(np.median(xs)), "p90": float(np.percentile(xs, 90)), "max": int(np.max(xs))}
+
     pairs = [(w.context, m) for w in windows for m in w.memories]
     ctx = np.array([len(tok(c)["input_ids"]) - 2 for c, _ in pairs])
     mem = np.array([len(tok(m)["input_ids"]) - 2 for _, m in pairs])
     total, trec_len = ctx + mem + 3, np.concatenate([q.lengths for q in trec])
     at: dict[int, dict[str, float]] = {}
     for n in LENGTHS:  # longest_first cuts the longer segment (the window) from its end: the prompt stays
-        kept = np.array([np.sum(np.asarray(tok(c, m, truncation="longest_first", max_length=n)["token_type_ids"]) == 0)
-                         - 2 for c, m in pairs])
-        at[n] = {"truncated": float(np.mean(total > n)), "context_tokens_kept": float(np.median(kept)),
-                 "context_kept_frac": float(np.median(kept / ctx)), "trec_truncated": float(np.mean(trec_len > n))}
-    return {"long_pair_tokens": pct(total), "long_context_tokens": pct(ctx), "long_memory_tokens": pct(mem),
-            "trec_pair_tokens": pct(trec_len), "at_max_length": at}
+        kept = np.array(
+            [
+                np.sum(np.asarray(tok(c, m, truncation="longest_first", max_length=n)["token_type_ids"]) == 0) - 2
+                for c, m in pairs
+            ]
+        )
+        at[n] = {
+            "truncated": float(np.mean(total > n)),
+            "context_tokens_kept": float(np.median(kept)),
+            "context_kept_frac": float(np.median(kept / ctx)),
+            "trec_truncated": float(np.mean(trec_len > n)),
+        }
+    return {
+        "long_pair_tokens": pct(total),
+        "long_context_tokens": pct(ctx),
+        "long_memory_tokens": pct(mem),
+        "trec_pair_tokens": pct(trec_len),
+        "at_max_length": at,
+    }
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -253,20 +284,37 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rows = []
     for v in vs:
         t = np.asarray(times[v])
-        row = {**asdict(v), "call_ms_p50": 1e3 * float(np.median(t)), "call_ms_p95": 1e3 * float(np.percentile(t, 95)),
-               "pairs_per_s": CANDIDATES / float(np.median(t)), "calls_s": [round(x, 4) for x in t],
-               "long": fidelity(long_scores[v], long_scores[ref], RANK_K)}
+        row = {
+            **asdict(v),
+            "call_ms_p50": 1e3 * float(np.median(t)),
+            "call_ms_p95": 1e3 * float(np.percentile(t, 95)),
+            "pairs_per_s": CANDIDATES / float(np.median(t)),
+            "calls_s": [round(x, 4) for x in t],
+            "long": fidelity(long_scores[v], long_scores[ref], RANK_K),
+        }
         if v in trec_scores:
-            row["trec"] = {**fidelity(trec_scores[v], trec_scores[ref], 10), "pairs_per_s": trec_rate.get(v),
-                           "ndcg10": float(np.mean([ndcg10(s, q.grades) for s, q in zip(trec_scores[v], trec)]))}
+            row["trec"] = {
+                **fidelity(trec_scores[v], trec_scores[ref], 10),
+                "pairs_per_s": trec_rate.get(v),
+                "ndcg10": float(np.mean([ndcg10(s, q.grades) for s, q in zip(trec_scores[v], trec)])),
+            }
         rows.append(row)
-    meta = {"date": dt.datetime.now().isoformat(timespec="seconds"), "python": platform.python_version(),
-            "machine": f"{os.cpu_count()} cores, {_cpu_model()}, no GPU", "torch": torch.__version__,
-            "torch_default_threads": default_threads, "command": "python " + " ".join(sys.argv),
-            "loadavg_1m_start_end": [round(load_start, 2), round(os.getloadavg()[0], 2)], "windows": len(windows) - 1,
-            "trec_queries": len(trec), "trec_pairs": sum(len(q.passages) for q in trec), "reference": ref.name,
-            "random_ndcg10": random_ndcg, "run_s": round(time.time() - started, 1),
-            "onnx": [n for n in ("optimum", "onnxruntime") if importlib.util.find_spec(n) is not None]}
+    meta = {
+        "date": dt.datetime.now().isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "machine": f"{os.cpu_count()} cores, {_cpu_model()}, no GPU",
+        "torch": torch.__version__,
+        "torch_default_threads": default_threads,
+        "command": "python " + " ".join(sys.argv),
+        "loadavg_1m_start_end": [round(load_start, 2), round(os.getloadavg()[0], 2)],
+        "windows": len(windows) - 1,
+        "trec_queries": len(trec),
+        "trec_pairs": sum(len(q.passages) for q in trec),
+        "reference": ref.name,
+        "random_ndcg10": random_ndcg,
+        "run_s": round(time.time() - started, 1),
+        "onnx": [n for n in ("optimum", "onnxruntime") if importlib.util.find_spec(n) is not None],
+    }
     return {"meta": meta, "tokens": stats, "variants": rows}
 
 
@@ -280,46 +328,81 @@ def _cpu_model() -> str:
 def render(res: dict[str, Any]) -> str:
     m, tk = res["meta"], res["tokens"]
     ref = next(r for r in res["variants"] if r["name"] == m["reference"])
-    out = ["# Cross-encoder reranker benchmark: the 20-pair hot-path call", "",
-           f"- date: {m['date']}; machine: {m['machine']}; CPython {m['python']}; torch {m['torch']}, default "
-           f"threads {m['torch_default_threads']}; 1-min load average start/end {m['loadavg_1m_start_end']} "
-           "(other processes shared the CPU)", f"- command: `{m['command']}` (run time {m['run_s']} s)",
-           "- model: bundled all-MiniLM-L6-v2 + a fresh seeded 1-logit head (ms-marco-MiniLM-L-6-v2's architecture, "
-           f"so its speed). **The head is untrained: NDCG@10 is near random** (random order: {m['random_ndcg10']:.3f}; "
-           "the trained ms-marco model reaches 0.743 on BM25 top-100). What counts is agreement with "
-           f"`{m['reference']}`. This head spreads scores little (median within-query std: long context "
-           f"{ref['long']['reference_spread']:.4f}, TREC {ref['trec']['reference_spread']:.4f} logits), so Δ/spread "
-           "(std of the score change over that spread) is the noise level; it also counts a rescaling, so for "
-           "truncation read Spearman. A trained head spreads more, so both are pessimistic.",
-           f"- hot path: {m['windows']} LoCoMo windows (question + earlier turns newest first, ≤{CONTEXT_MAX_CHARS} "
-           f"chars) x {CANDIDATES} memories of {MEMORY_CHARS[0]}–{MEMORY_CHARS[1]} chars; one timed call per window "
-           f"per variant after a warm-up, rounds interleaved. TREC DL 2019: {m['trec_queries']} queries, "
-           f"{m['trec_pairs']} judged pairs; top-k same = identical top-k set.",
-           "- ONNX: " + (f"{', '.join(m['onnx'])} installed but not benchmarked" if m["onnx"] else
-                         "skipped (optimum / onnxruntime are not installed)"), "",
-           "## Tokens per pair (what max_length cuts)", "", "| pairs | median | p90 | max |", "|---|---:|---:|---:|"]
-    for key, label in [("long_pair_tokens", "long-context pair (window + memory)"), ("long_context_tokens", "window"),
-                       ("long_memory_tokens", "memory"), ("trec_pair_tokens", "TREC query + passage")]:
+    out = [
+        "# Cross-encoder reranker benchmark: the 20-pair hot-path call",
+        "",
+        f"- date: {m['date']}; machine: {m['machine']}; CPython {m['python']}; torch {m['torch']}, default "
+        f"threads {m['torch_default_threads']}; 1-min load average start/end {m['loadavg_1m_start_end']} "
+        "(other processes shared the CPU)",
+        f"- command: `{m['command']}` (run time {m['run_s']} s)",
+        "- model: bundled all-MiniLM-L6-v2 + a fresh seeded 1-logit head (ms-marco-MiniLM-L-6-v2's architecture, "
+        f"so its speed). **The head is untrained: NDCG@10 is near random** (random order: {m['random_ndcg10']:.3f}; "
+        "the trained ms-marco model reaches 0.743 on BM25 top-100). What counts is agreement with "
+        f"`{m['reference']}`. This head spreads scores little (median within-query std: long context "
+        f"{ref['long']['reference_spread']:.4f}, TREC {ref['trec']['reference_spread']:.4f} logits), so Δ/spread "
+        "(std of the score change over that spread) is the noise level; it also counts a rescaling, so for "
+        "truncation read Spearman. A trained head spreads more, so both are pessimistic.",
+        f"- hot path: {m['windows']} LoCoMo windows (question + earlier turns newest first, ≤{CONTEXT_MAX_CHARS} "
+        f"chars) x {CANDIDATES} memories of {MEMORY_CHARS[0]}–{MEMORY_CHARS[1]} chars; one timed call per window "
+        f"per variant after a warm-up, rounds interleaved. TREC DL 2019: {m['trec_queries']} queries, "
+        f"{m['trec_pairs']} judged pairs; top-k same = identical top-k set.",
+        "- ONNX: "
+        + (
+            f"{', '.join(m['onnx'])} installed but not benchmarked"
+            if m["onnx"]
+            else "skipped (optimum / onnxruntime are not installed)"
+        ),
+        "",
+        "## Tokens per pair (what max_length cuts)",
+        "",
+        "| pairs | median | p90 | max |",
+        "|---|---:|---:|---:|",
+    ]
+    for key, label in [
+        ("long_pair_tokens", "long-context pair (window + memory)"),
+        ("long_context_tokens", "window"),
+        ("long_memory_tokens", "memory"),
+        ("trec_pair_tokens", "TREC query + passage"),
+    ]:
         out.append(f"| {label} | {tk[key]['median']:.0f} | {tk[key]['p90']:.0f} | {tk[key]['max']} |")
-    out += ["", "| max_length | long pairs truncated | window tokens kept (median) | share of window kept | TREC pairs "
-            "truncated |", "|---:|---:|---:|---:|---:|"]
-    out += [f"| {n} | {a['truncated']:.0%} | {a['context_tokens_kept']:.0f} | {a['context_kept_frac']:.0%} | "
-            f"{a['trec_truncated']:.0%} |" for n, a in tk["at_max_length"].items()]
-    for group, title in [("main", "Speed and fidelity (reference: cairn fp32@512)"),
-                         ("grid", "Threads x batch size at max_length 256 (the threads 2 / batch 32 rows are above)")]:
+    out += [
+        "",
+        "| max_length | long pairs truncated | window tokens kept (median) | share of window kept | TREC pairs "
+        "truncated |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    out += [
+        f"| {n} | {a['truncated']:.0%} | {a['context_tokens_kept']:.0f} | {a['context_kept_frac']:.0%} | "
+        f"{a['trec_truncated']:.0%} |"
+        for n, a in tk["at_max_length"].items()
+    ]
+    for group, title in [
+        ("main", "Speed and fidelity (reference: cairn fp32@512)"),
+        ("grid", "Threads x batch size at max_length 256 (the threads 2 / batch 32 rows are above)"),
+    ]:
         trec = group == "main"
-        out += ["", f"## {title}", "", "| variant | threads | batch | 20-pair call p50 ms | p95 ms | pairs/s | long: "
-                "Spearman | long: top-5 same | long: Δ/spread |" + (" TREC pairs/s | TREC NDCG@10 | TREC Spearman | "
-                "TREC top-10 same | TREC Δ/spread |" if trec else ""), "|---|" + "---:|" * (13 if trec else 8)]
+        out += [
+            "",
+            f"## {title}",
+            "",
+            "| variant | threads | batch | 20-pair call p50 ms | p95 ms | pairs/s | long: "
+            "Spearman | long: top-5 same | long: Δ/spread |"
+            + (" TREC pairs/s | TREC NDCG@10 | TREC Spearman | TREC top-10 same | TREC Δ/spread |" if trec else ""),
+            "|---|" + "---:|" * (13 if trec else 8),
+        ]
         for r in (r for r in res["variants"] if r["group"] == group):
             lo, tr = r["long"], r.get("trec")
-            line = (f"| {r['name']} | {r['threads']} | {r['batch']} | {r['call_ms_p50']:.0f} | "
-                    f"{r['call_ms_p95']:.0f} | {r['pairs_per_s']:.1f} | {lo['spearman']:.3f} | "
-                    f"{lo['top5_identical']:.0%} | {lo['noise_to_spread']:.2f} |")
+            line = (
+                f"| {r['name']} | {r['threads']} | {r['batch']} | {r['call_ms_p50']:.0f} | "
+                f"{r['call_ms_p95']:.0f} | {r['pairs_per_s']:.1f} | {lo['spearman']:.3f} | "
+                f"{lo['top5_identical']:.0%} | {lo['noise_to_spread']:.2f} |"
+            )
             if tr:
                 rate = "—" if tr["pairs_per_s"] is None else f"{tr['pairs_per_s']:.0f}"
-                line += (f" {rate} | {tr['ndcg10']:.3f} | {tr['spearman']:.3f} | {tr['top10_identical']:.0%} | "
-                         f"{tr['noise_to_spread']:.2f} |")
+                line += (
+                    f" {rate} | {tr['ndcg10']:.3f} | {tr['spearman']:.3f} | {tr['top10_identical']:.0%} | "
+                    f"{tr['noise_to_spread']:.2f} |"
+                )
             out.append(line)
     return "\n".join(out) + "\n"
 

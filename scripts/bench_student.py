@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import math
 import os
 import random
 import resource
@@ -34,15 +33,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("CAIRN_EMBED_MODEL", "all-MiniLM-L6-v2")
 
+import locomo  # noqa: E402  (scripts/locomo.py)
+
 from cairn_cli.config import Settings  # noqa: E402
+from cairn_cli.core import metrics  # noqa: E402
 from cairn_cli.core.learning import training  # noqa: E402
+from cairn_cli.core.learning.training import LabelRow, agreement, gate, make_pairs  # noqa: E402
 from cairn_cli.core.ranking.pipeline import _minmax  # noqa: E402
 from cairn_cli.core.ranking.scoring import Candidate, ScoringTable  # noqa: E402
-from cairn_cli.core.learning.training import LabelRow, agreement, gate, make_pairs  # noqa: E402
 from cairn_cli.ml.models import get_encoder  # noqa: E402
 from cairn_cli.ml.training import CrossEncoderModel, bundled_base  # noqa: E402
-
-import locomo  # noqa: E402  (scripts/locomo.py)
 
 DATA = ROOT.parent / "shared" / "data"
 NOW = dt.datetime(2026, 12, 1)
@@ -53,13 +53,11 @@ def log(msg: str) -> None:
 
 
 def ndcg(ranked_grades: list[int], all_grades: list[int], k: int = 10) -> float:
-    ideal = sorted(all_grades, reverse=True)[:k]
-    idcg = sum((2 ** g - 1) / math.log2(i + 2) for i, g in enumerate(ideal))
-    dcg = sum((2 ** g - 1) / math.log2(i + 2) for i, g in enumerate(ranked_grades[:k]))
-    return dcg / idcg if idcg else 0.0
+    return metrics.ndcg(ranked_grades, all_grades, k) or 0.0
 
 
 # -- LoCoMo ----------------------------------------------------------------------------------------------------
+
 
 def locomo_queries(settings: Settings, windows: bool, candidates: int):
     """Per conversation, per question: (query, [(turn text, grade)] of the composite's top candidates, n evidence)."""
@@ -79,8 +77,14 @@ def locomo_queries(settings: Settings, windows: bool, candidates: int):
             evidence = locomo.evidence(q, index)
             if not evidence:
                 continue
-            scored = table.score(text, table.similarities(qv), scope=None, weights=settings.weights(),
-                                 half_life_days=30.0, top=candidates)
+            scored = table.score(
+                text,
+                table.similarities(qv),
+                scope=None,
+                weights=settings.weights(),
+                half_life_days=30.0,
+                top=candidates,
+            )
             cands = [(s.candidate.content, 3 if s.candidate.id in evidence else 0, s.score) for s in scored]
             out.append({"conv": ci, "query": text, "cands": cands, "n_evidence": len(evidence)})
     return out
@@ -109,49 +113,73 @@ def run_locomo(args, settings: Settings, windows: bool) -> dict:
     held_convs = set(random.Random(args.seed).sample(convs, 3))
     train_q = [q for q in queries if q["conv"] not in held_convs]
     held_q = [q for q in queries if q["conv"] in held_convs]
-    rows = lambda qs: [LabelRow(q["query"], text, g, query_key=f"{q['conv']}:{i}")  # noqa: E731
-                       for i, q in enumerate(qs) for text, g, _ in q["cands"]]
+
+    def rows(qs):
+        return [
+            LabelRow(q["query"], text, g, query_key=f"{q['conv']}:{i}")
+            for i, q in enumerate(qs)
+            for text, g, _ in q["cands"]
+        ]
+
     train_rows, held_rows = rows(train_q), rows(held_q)
     triples = [(q, b, w) for _, q, b, w in make_pairs(train_rows, {r.query_key for r in train_rows}, min_gap=2)]
     random.Random(args.seed).shuffle(triples)
-    triples = triples[:args.max_train]
+    triples = triples[: args.max_train]
     held_pairs = make_pairs(held_rows, {r.query_key for r in held_rows}, min_gap=2)
-    log(f"locomo{' windows' if windows else ''}: {len(queries)} questions, held-out conversations {sorted(held_convs)}"
-        f", {len(triples)} training triples, {len(held_pairs)} held-out pairs")
+    log(
+        f"locomo{' windows' if windows else ''}: {len(queries)} questions, held-out conversations {sorted(held_convs)}"
+        f", {len(triples)} training triples, {len(held_pairs)} held-out pairs"
+    )
     model = CrossEncoderModel(bundled_base(), max_length=args.max_length, layers=args.layers)
     stats = model.train_pairwise(triples, epochs=args.epochs, batch_size=16, lr=args.lr, margin=1.0, seed=args.seed)
     log(f"trained: {stats}")
     model.serve_mode()
     comp_score = {(q["query"], t): s for q in held_q for t, _, s in q["cands"]}
     incumbent = lambda query, texts: [comp_score[query, t] for t in texts]  # noqa: E731
-    result: dict = {"held_out_conversations": sorted(held_convs), "questions": {"train": len(train_q),
-                    "held": len(held_q)}, "train_triples": len(triples), "held_pairs": len(held_pairs),
-                    "train": vars(stats), "serve": {}}
+    result: dict = {
+        "held_out_conversations": sorted(held_convs),
+        "questions": {"train": len(train_q), "held": len(held_q)},
+        "train_triples": len(triples),
+        "held_pairs": len(held_pairs),
+        "train": vars(stats),
+        "serve": {},
+    }
     composite = rank_metrics(held_q, lambda q: [s for _, _, s in q["cands"]])
-    for serve_len in (args.serve_lengths if windows else [args.max_length]):
+    for serve_len in args.serve_lengths if windows else [args.max_length]:
         model.max_length = serve_len
         t1 = time.time()
         student = {q["query"]: model.score([(q["query"], t) for t, _, _ in q["cands"]]) for q in held_q}
         secs = time.time() - t1
         cached = {(q["query"], t): s for q in held_q for (t, _, _), s in zip(q["cands"], student[q["query"]])}
-        scorer = lambda query, texts: [cached[query, t] for t in texts]  # noqa: E731
+
+        def scorer(query, texts, cached=cached):
+            return [cached[query, t] for t in texts]
+
         st_agree = agreement(scorer, held_pairs)
         inc_agree = agreement(incumbent, held_pairs)
-        deployed = rank_metrics(held_q, lambda q: blend([s for _, _, s in q["cands"]], student[q["query"]],
-                                                         settings.RERANK_BLEND))
+        deployed = rank_metrics(
+            held_q,
+            lambda q, student=student: blend([s for _, _, s in q["cands"]], student[q["query"]], settings.RERANK_BLEND),
+        )
         passed, reason = gate(st_agree, inc_agree, 0.02)
         result["serve"][serve_len] = {
-            "composite": composite, "student": rank_metrics(held_q, lambda q: student[q["query"]]),
-            "deployed_blend": deployed, "student_agreement": round(st_agree, 4),
-            "incumbent_agreement": round(inc_agree, 4), "gate": passed, "gate_reason": reason,
+            "composite": composite,
+            "student": rank_metrics(held_q, lambda q, student=student: student[q["query"]]),
+            "deployed_blend": deployed,
+            "student_agreement": round(st_agree, 4),
+            "incumbent_agreement": round(inc_agree, 4),
+            "gate": passed,
+            "gate_reason": reason,
             "blend_beats_composite": deployed["NDCG@10"] > composite["NDCG@10"],
-            "scoring_pairs_per_s": round(sum(len(q["cands"]) for q in held_q) / secs, 1)}
+            "scoring_pairs_per_s": round(sum(len(q["cands"]) for q in held_q) / secs, 1),
+        }
         log(f"serve@{serve_len}: {result['serve'][serve_len]}")
     result["seconds"] = round(time.time() - t0, 1)
     return result
 
 
 # -- TREC DL 2019 -----------------------------------------------------------------------------------------------
+
 
 def run_trec(args, settings: Settings) -> dict:
     t0 = time.time()
@@ -161,15 +189,18 @@ def run_trec(args, settings: Settings) -> dict:
         if line.strip():
             qid, _, docid, grade = line.split()
             qrels.setdefault(qid, {})[docid] = int(grade)
-    runs = {str(r["hits"][0]["qid"]): r for r in json.loads((DATA / "trec_dl" / "retrieve_results_BM25_dl19.json")
-                                                            .read_text()) if r["hits"]}
+    runs = {
+        str(r["hits"][0]["qid"]): r
+        for r in json.loads((DATA / "trec_dl" / "retrieve_results_BM25_dl19.json").read_text())
+        if r["hits"]
+    }
     qids = sorted({str(r["qid"]) for r in judged})
     random.Random(args.seed).shuffle(qids)
     held, train = set(qids[:13]), set(qids[13:])
     rows = [LabelRow(r["query"], r["passage"], int(r["grade"]), query_key=str(r["qid"])) for r in judged]
     triples = [(q, b, w) for _, q, b, w in make_pairs(rows, train, min_gap=2)]
     random.Random(args.seed).shuffle(triples)
-    triples = triples[:args.max_train]
+    triples = triples[: args.max_train]
     held_pairs = make_pairs(rows, held, min_gap=2)
     log(f"trec: {len(train)} training queries ({len(triples)} triples), {len(held)} held-out ({len(held_pairs)} pairs)")
     encoder = get_encoder("all-MiniLM-L6-v2")
@@ -197,11 +228,20 @@ def run_trec(args, settings: Settings) -> dict:
     log(f"trec trained: {stats}")
     student.serve_mode()
     untrained.serve_mode()
-    scorers = {"BM25": bm25_scores, "bi-encoder": bi_encoder, "composite (incumbent)": composite,
-               "untrained head": lambda q, ts: untrained.score([(q, t) for t in ts]),
-               "student": lambda q, ts: student.score([(q, t) for t in ts])}
-    out: dict = {"held_out_queries": sorted(held), "train_triples": len(triples), "held_pairs": len(held_pairs),
-                 "train": vars(stats), "models": {}}
+    scorers = {
+        "BM25": bm25_scores,
+        "bi-encoder": bi_encoder,
+        "composite (incumbent)": composite,
+        "untrained head": lambda q, ts: untrained.score([(q, t) for t in ts]),
+        "student": lambda q, ts: student.score([(q, t) for t in ts]),
+    }
+    out: dict = {
+        "held_out_queries": sorted(held),
+        "train_triples": len(triples),
+        "held_pairs": len(held_pairs),
+        "train": vars(stats),
+        "models": {},
+    }
     for name, scorer in scorers.items():
         nd = []
         for qid in sorted(held):
@@ -216,51 +256,71 @@ def run_trec(args, settings: Settings) -> dict:
                 order = sorted(range(len(hits)), key=lambda i: -scores[i])
             grades = [qrels.get(qid, {}).get(str(hits[i]["docid"]), 0) for i in order]
             nd.append(ndcg(grades, list(qrels.get(qid, {}).values())))
-        out["models"][name] = {"agreement": round(agreement(scorer, held_pairs), 4),
-                               "NDCG@10 (BM25 top-100)": round(float(np.mean(nd)), 4)}
+        out["models"][name] = {
+            "agreement": round(agreement(scorer, held_pairs), 4),
+            "NDCG@10 (BM25 top-100)": round(float(np.mean(nd)), 4),
+        }
         log(f"trec {name}: {out['models'][name]}")
-    passed, reason = gate(out["models"]["student"]["agreement"], out["models"]["composite (incumbent)"]["agreement"],
-                          0.02)
+    passed, reason = gate(
+        out["models"]["student"]["agreement"], out["models"]["composite (incumbent)"]["agreement"], 0.02
+    )
     out["gate"], out["gate_reason"] = passed, reason
     out["seconds"] = round(time.time() - t0, 1)
     return out
 
 
 def markdown(r: dict) -> str:
-    lines = ["# Student reranker benchmark", "",
-             f"- date: {r['date']}; machine: 2 cores, no GPU; command: `{r['command']}`; total {r['seconds']} s",
-             f"- student: the bundled all-MiniLM-L6-v2 ({r['args'].get('layers') or 6} layers) + a fresh 1-logit head, "
-             "pairwise MarginRankingLoss, "
-             f"{r['args']['epochs']} epoch(s), lr {r['args']['lr']}, ≤ {r['args']['max_train']} training triples "
-             f"(seeded sample), bf16 autocast; incumbent = the composite (no cross-encoder is live on this machine)",
-             "- gate: deploy when student agreement ≥ incumbent agreement + 0.02 on the same held-out pairs", ""]
-    for key, title in (("locomo", "LoCoMo dev, question as the query"),
-                       ("locomo_windows", "LoCoMo dev, hot-path-like context window as the query")):
+    lines = [
+        "# Student reranker benchmark",
+        "",
+        f"- date: {r['date']}; machine: 2 cores, no GPU; command: `{r['command']}`; total {r['seconds']} s",
+        f"- student: the bundled all-MiniLM-L6-v2 ({r['args'].get('layers') or 6} layers) + a fresh 1-logit head, "
+        "pairwise MarginRankingLoss, "
+        f"{r['args']['epochs']} epoch(s), lr {r['args']['lr']}, ≤ {r['args']['max_train']} training triples "
+        f"(seeded sample), bf16 autocast; incumbent = the composite (no cross-encoder is live on this machine)",
+        "- gate: deploy when student agreement ≥ incumbent agreement + 0.02 on the same held-out pairs",
+        "",
+    ]
+    for key, title in (
+        ("locomo", "LoCoMo dev, question as the query"),
+        ("locomo_windows", "LoCoMo dev, hot-path-like context window as the query"),
+    ):
         if key not in r:
             continue
         x = r[key]
-        lines += [f"## {title}", "",
-                  f"Held-out conversations {x['held_out_conversations']} ({x['questions']['held']} questions; "
-                  f"trained on {x['questions']['train']} questions' {x['train_triples']} triples in "
-                  f"{x['train']['seconds']} s, peak RSS {x['train']['peak_rss_mb']} MB); {x['held_pairs']} held-out "
-                  "pairs. Candidates: the composite's top 20.", "",
-                  "| served at max_length | composite R@5 / NDCG@10 | student R@5 / NDCG@10 | deployed blend R@5 / "
-                  "NDCG@10 | agreement student / incumbent | gate | blend beats composite | scoring pairs/s |",
-                  "|---:|---|---|---|---|---|---|---:|"]
+        lines += [
+            f"## {title}",
+            "",
+            f"Held-out conversations {x['held_out_conversations']} ({x['questions']['held']} questions; "
+            f"trained on {x['questions']['train']} questions' {x['train_triples']} triples in "
+            f"{x['train']['seconds']} s, peak RSS {x['train']['peak_rss_mb']} MB); {x['held_pairs']} held-out "
+            "pairs. Candidates: the composite's top 20.",
+            "",
+            "| served at max_length | composite R@5 / NDCG@10 | student R@5 / NDCG@10 | deployed blend R@5 / "
+            "NDCG@10 | agreement student / incumbent | gate | blend beats composite | scoring pairs/s |",
+            "|---:|---|---|---|---|---|---|---:|",
+        ]
         for length, s in x["serve"].items():
             f = lambda m: f"{m['R@5']:.3f} / {m['NDCG@10']:.3f}"  # noqa: E731
-            lines.append(f"| {length} | {f(s['composite'])} | {f(s['student'])} | {f(s['deployed_blend'])} | "
-                         f"{s['student_agreement']:.3f} / {s['incumbent_agreement']:.3f} | "
-                         f"{'deploy' if s['gate'] else 'refuse'} | {'yes' if s['blend_beats_composite'] else 'no'} | "
-                         f"{s['scoring_pairs_per_s']} |")
+            lines.append(
+                f"| {length} | {f(s['composite'])} | {f(s['student'])} | {f(s['deployed_blend'])} | "
+                f"{s['student_agreement']:.3f} / {s['incumbent_agreement']:.3f} | "
+                f"{'deploy' if s['gate'] else 'refuse'} | {'yes' if s['blend_beats_composite'] else 'no'} | "
+                f"{s['scoring_pairs_per_s']} |"
+            )
         lines.append("")
     if "trec" in r:
         t = r["trec"]
-        lines += ["## TREC DL 2019, split by query (30 train / 13 held-out)", "",
-                  f"{t['train_triples']} training triples ({t['train']['seconds']} s, peak RSS "
-                  f"{t['train']['peak_rss_mb']} MB); {t['held_pairs']} held-out judged pairs (min-gap 2). "
-                  "NDCG@10 reranks BM25's top 100 (unjudged = 0).", "",
-                  "| model | held-out agreement | NDCG@10 |", "|---|---:|---:|"]
+        lines += [
+            "## TREC DL 2019, split by query (30 train / 13 held-out)",
+            "",
+            f"{t['train_triples']} training triples ({t['train']['seconds']} s, peak RSS "
+            f"{t['train']['peak_rss_mb']} MB); {t['held_pairs']} held-out judged pairs (min-gap 2). "
+            "NDCG@10 reranks BM25's top 100 (unjudged = 0).",
+            "",
+            "| model | held-out agreement | NDCG@10 |",
+            "|---|---:|---:|",
+        ]
         for name, m in t["models"].items():
             lines.append(f"| {name} | {m['agreement']:.3f} | {m['NDCG@10 (BM25 top-100)']:.3f} |")
         lines += ["", f"Gate: {'deploy' if t['gate'] else 'refuse'} ({t['gate_reason']}).", ""]
@@ -289,8 +349,11 @@ def main() -> int:
         sys.exit(f"error: {DATA} not found (the benchmark reads ../shared/data in place)")
     t0 = time.time()
     settings = Settings()
-    result: dict = {"date": dt.datetime.now().isoformat(timespec="seconds"), "command": " ".join(sys.argv),
-                    "args": {k: v for k, v in vars(args).items() if k != "out"}}
+    result: dict = {
+        "date": dt.datetime.now().isoformat(timespec="seconds"),
+        "command": " ".join(sys.argv),
+        "args": {k: v for k, v in vars(args).items() if k != "out"},
+    }
     if not args.skip_locomo:
         if not args.windows_only:
             result["locomo"] = run_locomo(args, settings, windows=False)

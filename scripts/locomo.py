@@ -32,5 +32,9 @@ def turns_and_index(conv: dict) -> tuple[list[str], dict[str, int]]:
 
 def evidence(question: dict, index: dict[str, int]) -> set[int]:
     """The turn indices a question's evidence resolves to (a few resolve to none)."""
-    return {index[f"D{a}:{int(b)}"] for e in question.get("evidence") or [] for a, b in DIA_ID.findall(str(e))
-            if f"D{a}:{int(b)}" in index}
+    return {
+        index[f"D{a}:{int(b)}"]
+        for e in question.get("evidence") or []
+        for a, b in DIA_ID.findall(str(e))
+        if f"D{a}:{int(b)}" in index
+    }

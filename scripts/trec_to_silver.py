@@ -27,8 +27,19 @@ def main(argv: list[str]) -> int:
     with SOURCE.open(encoding="utf-8") as src, out.open("w", encoding="utf-8") as dst:
         for line in src:
             r = json.loads(line)
-            dst.write(json.dumps({"query": r["query"], "memory": r["passage"], "grade": int(r["grade"]),
-                                  "hard_negative": False, "query_key": str(r["qid"]), "delivery_id": None}) + "\n")
+            dst.write(
+                json.dumps(
+                    {
+                        "query": r["query"],
+                        "memory": r["passage"],
+                        "grade": int(r["grade"]),
+                        "hard_negative": False,
+                        "query_key": str(r["qid"]),
+                        "delivery_id": None,
+                    }
+                )
+                + "\n"
+            )
             n += 1
     sys.stderr.write(f"wrote {n} pairs to {out}\n")
     return 0

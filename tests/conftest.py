@@ -13,6 +13,15 @@ SHARED_DATA = ROOT.parent / "shared" / "data"
 EXAMPLES = ROOT / "cairn_cli" / "data" / "example_memories.jsonl"
 
 
+def hf_cache(monkeypatch, path) -> None:
+    """Point the Hugging Face cache at `path`, for this process (huggingface_hub reads its constant at import)
+    and for the processes it starts."""
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(path))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(path))
+
+
 @pytest.fixture(autouse=True)
 def cairn_home(tmp_path, monkeypatch):
     from cairn_cli import db
@@ -26,9 +35,13 @@ def cairn_home(tmp_path, monkeypatch):
     monkeypatch.setenv("CAIRN_EMBED_MODEL", "hashing")
     monkeypatch.setenv("CAIRN_DAEMON", "off")  # rank in-process unless a test starts a real daemon
     monkeypatch.setenv("CAIRN_AB_SEED", "tests")  # arms drawn reproducibly
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-empty"))  # no user's cross-encoder leaks into tests
+    hf_cache(monkeypatch, tmp_path / "hf-empty")  # no user's cross-encoder leaks into tests
     _common._globals.clear()
     db.close_all()
+    from cairn_cli.config import Settings
+    from cairn_cli.core.store import open_stores
+
+    open_stores(Settings())  # what a command does once at its start; core functions assume the stores are bound
     yield home
     db.close_all()
     _common._globals.clear()

@@ -7,10 +7,8 @@ import orjson
 import pytest
 
 from cairn_cli.config import Settings
-from cairn_cli.core.experiment import ab
-from cairn_cli.core.store import deliveries
-from cairn_cli.core.experiment import rules
-from cairn_cli.core.store import state
+from cairn_cli.core.experiment import ab, rules
+from cairn_cli.core.store import deliveries, state
 from cairn_cli.core.store.memories import MemoryInput, add_memories
 
 
@@ -20,8 +18,9 @@ def test_arms_are_drawn_per_prompt_seeded_and_never_for_subagents():
     assert set(draws) == {"A", "B"} and 70 < draws.count("B") < 130
     assert draws == [ab.assign("sess", t, is_subagent=False, settings=s)[0] for t in range(200)]  # AB_SEED
     assert ab.assign("sess", 1, is_subagent=True, settings=s) == (None, "gen-1", None)
-    arm, version, instruction = next(ab.assign("sess", t, is_subagent=False, settings=s) for t in range(200)
-                                     if draws[t] == "B")
+    _, version, instruction = next(
+        ab.assign("sess", t, is_subagent=False, settings=s) for t in range(200) if draws[t] == "B"
+    )
     assert version == ab.b_version("gen-1", ab.SHIPPED_B) and instruction == ab.SHIPPED_B
     off = Settings(AB_TEST_ENABLED=False)
     assert {ab.assign("sess", t, is_subagent=False, settings=off)[0] for t in range(20)} == {None}
@@ -45,21 +44,32 @@ def _world(sessions: list[tuple[float, float]], *, grades=(2, 2), delivered_per_
 
     s = Settings()
     current = ab.arms(s)
-    written = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None) - dt.timedelta(days=age_days)
+    written = dt.datetime.now(dt.UTC).replace(tzinfo=None) - dt.timedelta(days=age_days)
     for i, (rate_a, rate_b) in enumerate(sessions):
         session = f"writer-{i}"
         for arm, rate, grade in (("A", rate_a, grades[0]), ("B", rate_b, grades[1])):
-            [res] = add_memories([MemoryInput(f"{arm} memory of {session}", source_ref=current.versions[arm],
-                                              session_id=session)], s)
+            [res] = add_memories(
+                [MemoryInput(f"{arm} memory of {session}", source_ref=current.versions[arm], session_id=session)], s
+            )
             engaged = round(rate * delivered_per_memory)
-            ids = deliveries.record([deliveries.DeliveryInput(f"reader-{i}", n + 1, res.id, "window", "k", 1, 0.5, {},
-                                                              "none", "prompt", "global")
-                                     for n in range(delivered_per_memory)], s)
+            ids = deliveries.record(
+                [
+                    deliveries.DeliveryInput(
+                        f"reader-{i}", n + 1, res.id, "window", "k", 1, 0.5, {}, "none", "prompt", "global"
+                    )
+                    for n in range(delivered_per_memory)
+                ],
+                s,
+            )
             Memory.update(created_at=written).where(Memory.id == res.id).execute()
             for n, did in enumerate(ids):
-                MemoryDelivery.update(engaged=n < engaged, engaged_method="lexical", engaged_score=0.3, grade=grade,
-                                      delivered_at=written + dt.timedelta(days=1)).where(
-                    MemoryDelivery.id == did).execute()
+                MemoryDelivery.update(
+                    engaged=n < engaged,
+                    engaged_method="lexical",
+                    engaged_score=0.3,
+                    grade=grade,
+                    delivered_at=written + dt.timedelta(days=1),
+                ).where(MemoryDelivery.id == did).execute()
     return s
 
 
@@ -140,10 +150,13 @@ def test_status_shows_versions_queue_and_arms(cli):
     assert data["versions"]["A"] == "gen-1" and data["decision"]["wins"] == 3
 
 
-@pytest.mark.parametrize("args, code, message", [
-    (["ab", "queue", "add", "  "], 2, "the instruction is empty"),
-    (["ab", "assign"], 2, "--session"),
-])
+@pytest.mark.parametrize(
+    "args, code, message",
+    [
+        (["ab", "queue", "add", "  "], 2, "the instruction is empty"),
+        (["ab", "assign"], 2, "--session"),
+    ],
+)
 def test_ab_bad_input(cli, args, code, message):
     out = cli(*args)
     assert out.exit_code == code and message in out.output
@@ -157,16 +170,20 @@ def test_only_mature_sessions_count_and_only_on_deliveries_inside_their_window()
     s = _world([(0.25, 0.75)] * 12, age_days=3)  # younger than AB_MATURE_DAYS (7): not counted yet
     d = ab.evaluate(s)
     assert (d.wins, d.losses, d.decision) == (0, 0, "continue") and d.arms[1]["deliveries"] == 48
-    late = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None) + dt.timedelta(days=30)
+    late = dt.datetime.now(dt.UTC).replace(tzinfo=None) + dt.timedelta(days=30)
     ten_days_on = Settings(AB_MATURE_DAYS=2)  # the same sessions with a 2-day window: mature now
     assert ab.evaluate(ten_days_on).wins == 12
     # B's memories delivered again after the window, never used: an outcome, once counted, stays
     from cairn_cli.db.tables import Memory
 
     b_ids = [m.id for m in Memory.select().where(Memory.source_ref == ab.arms(s).versions["B"])]
-    for did in deliveries.record([deliveries.DeliveryInput("late", 1, mid, "w", "k", 1, 0.5, {}, "none", "prompt",
-                                                           "global") for mid in b_ids] * 5, s):
+    for did in deliveries.record(
+        [deliveries.DeliveryInput("late", 1, mid, "w", "k", 1, 0.5, {}, "none", "prompt", "global") for mid in b_ids]
+        * 5,
+        s,
+    ):
         MemoryDelivery.update(delivered_at=late, engaged=False, engaged_method="lexical").where(
-            MemoryDelivery.id == did).execute()
+            MemoryDelivery.id == did
+        ).execute()
     assert ab.evaluate(ten_days_on).wins == 12
     assert ab.evaluate(ten_days_on).arms[1]["deliveries"] == 48 + 5 * 12  # the status still shows them all

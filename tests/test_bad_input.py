@@ -3,8 +3,7 @@
 import pytest
 
 from cairn_cli.config import Settings
-from cairn_cli.core.store import deliveries
-from cairn_cli.core.store import memories
+from cairn_cli.core.store import deliveries, memories
 from tests.conftest import EXAMPLES
 
 GOOD_DELIVERY = '{"session_id": "x", "turn": 1, "context_window": "c", "reranker_model": "m", "memories": %s}'
@@ -27,7 +26,7 @@ CASES = [
     (["log-delivery"], '{"session_id": "x"}', 2, "missing field 'turn'"),
     (["log-delivery"], GOOD_DELIVERY % '[{"id": 999, "rank": 1, "score": 1}]', 1, "unknown memory id(s) [999]"),
     (["log-delivery"], GOOD_DELIVERY % '[{"id": 1, "rank": "1", "score": 1}]', 2, "memories[0].rank must be int"),
-    (["log-delivery"], GOOD_DELIVERY % '[]', 2, "memories is empty"),
+    (["log-delivery"], GOOD_DELIVERY % "[]", 2, "memories is empty"),
 ]
 
 
@@ -36,8 +35,10 @@ def test_bad_input_table(cli, tmp_path, args, stdin, code, fragment):
     assert cli("memory", "import", EXAMPLES).exit_code == 0
     args = [str(tmp_path / "bad.jsonl") if a == "{bad}" else a for a in args]
     (tmp_path / "bad.jsonl").write_text('{"content": "fine"}\n{"content": oops}\n')
-    before_mem = [(m.id, m.corroborations, m.superseded_by, m.keywords) for m in memories.list_memories(
-        Settings(), include_superseded=True)]
+    before_mem = [
+        (m.id, m.corroborations, m.superseded_by, m.keywords)
+        for m in memories.list_memories(Settings(), include_superseded=True)
+    ]
     before_del = len(deliveries.list_deliveries(Settings(), limit=10_000))
     result = cli(*args, input=stdin)
     assert result.exit_code == code, result.output
@@ -45,8 +46,10 @@ def test_bad_input_table(cli, tmp_path, args, stdin, code, fragment):
     assert len(lines) == 1 and lines[0].startswith("error: ") and fragment in lines[0], result.stderr
     assert "(" in lines[0] and lines[0].endswith(")"), "the message must carry a hint naming the fix"
     assert result.stdout == ""
-    after_mem = [(m.id, m.corroborations, m.superseded_by, m.keywords) for m in memories.list_memories(
-        Settings(), include_superseded=True)]
+    after_mem = [
+        (m.id, m.corroborations, m.superseded_by, m.keywords)
+        for m in memories.list_memories(Settings(), include_superseded=True)
+    ]
     assert after_mem == before_mem
     assert len(deliveries.list_deliveries(Settings(), limit=10_000)) == before_del
 

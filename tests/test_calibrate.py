@@ -12,18 +12,21 @@ from typer.testing import CliRunner
 from cairn_cli.cli import handle_errors
 from cairn_cli.commands.calibrate import calibrate_floor
 from cairn_cli.config import Settings
-from cairn_cli.core.learning import calibration
-from cairn_cli.core.store import deliveries
-from cairn_cli.core.store import state
-from cairn_cli.core.learning.calibration import ENGAGEMENT_KEY, drop_table, propose_floor
 from cairn_cli.core.labels.engagement import SEMANTIC, MemoryText, engagement_decisions
+from cairn_cli.core.learning import calibration
+from cairn_cli.core.learning.calibration import ENGAGEMENT_KEY, drop_table, propose_floor
 from cairn_cli.core.ranking.reranking import FLOOR_KEY, floors
+from cairn_cli.core.store import deliveries, state
 from cairn_cli.errors import InvalidInput
 from cairn_cli.ml.reranker import MSMARCO
 
 # Hand-built grades: 19 of the 20 grade-3 scores are >= 2.0, so keep 0.95 gives exactly 2.0.
-HAND = {3: [float(i) for i in range(1, 21)], 2: [0.5, 2.5, 5.0, 8.0], 1: [-4.0, 1.5, 3.0],
-        0: [-5.0, -1.0, 0.5, 1.5, 2.5, 3.0]}
+HAND = {
+    3: [float(i) for i in range(1, 21)],
+    2: [0.5, 2.5, 5.0, 8.0],
+    1: [-4.0, 1.5, 3.0],
+    0: [-5.0, -1.0, 0.5, 1.5, 2.5, 3.0],
+}
 NOW = {3: (20, 0), 2: (4, 0), 1: (3, 1), 0: (6, 1)}  # grade: (n, dropped) at ms-marco's configured -3.0
 PROPOSED = {3: (20, 1), 2: (4, 1), 1: (3, 2), 0: (6, 4)}
 
@@ -41,12 +44,25 @@ def seed(cli, rows, model=MSMARCO):
     """rows: (grade, reranker_score, engaged_semantic) -> graded delivery rows of `model`."""
     from cairn_cli.db.tables import MemoryDelivery
 
-    mem_ids = [orjson.loads(cli("memory", "add", f"memory {i} about topic{i}", "--json").stdout)["id"]
-               for i in range(3)]
-    inputs = [deliveries.DeliveryInput(
-        session_id="s1", turn=n + 1, memory_id=mem_ids[n % 3], context_window="ctx", context_key="k", rank=1,
-        final_score=0.5, score_components={"reranker_score": score}, reranker_model=model, layer="main",
-        scope="global") for n, (_, score, _) in enumerate(rows)]
+    mem_ids = [
+        orjson.loads(cli("memory", "add", f"memory {i} about topic{i}", "--json").stdout)["id"] for i in range(3)
+    ]
+    inputs = [
+        deliveries.DeliveryInput(
+            session_id="s1",
+            turn=n + 1,
+            memory_id=mem_ids[n % 3],
+            context_window="ctx",
+            context_key="k",
+            rank=1,
+            final_score=0.5,
+            score_components={"reranker_score": score},
+            reranker_model=model,
+            layer="main",
+            scope="global",
+        )
+        for n, (_, score, _) in enumerate(rows)
+    ]
     for delivery_id, (grade, _, semantic) in zip(deliveries.record(inputs, Settings()), rows):
         MemoryDelivery.update(grade=grade, engaged_semantic=semantic).where(MemoryDelivery.id == delivery_id).execute()
 
@@ -59,25 +75,33 @@ def counts(table):
     return {g: (row["n"], row["dropped"]) for g, row in table.items()}
 
 
-@pytest.mark.parametrize("scores, keep, expected", [
-    (HAND, 0.95, 2.0),
-    (HAND, 1.0, 1.0),                                # keep all: the lowest grade-3 score
-    (HAND, 0.5, 11.0),                               # 10 of 20 kept: 20..11
-    ({3: [1.0, 5.0, 1.0, 1.0]}, 0.75, 1.0),          # ties at the floor are kept (score < floor is dropped)
-    ({3: [0.3, 0.9, 0.1, 0.7]}, 0.5, 0.7),           # order of input does not matter
-])
+@pytest.mark.parametrize(
+    "scores, keep, expected",
+    [
+        (HAND, 0.95, 2.0),
+        (HAND, 1.0, 1.0),  # keep all: the lowest grade-3 score
+        (HAND, 0.5, 11.0),  # 10 of 20 kept: 20..11
+        ({3: [1.0, 5.0, 1.0, 1.0]}, 0.75, 1.0),  # ties at the floor are kept (score < floor is dropped)
+        ({3: [0.3, 0.9, 0.1, 0.7]}, 0.5, 0.7),  # order of input does not matter
+    ],
+)
 def test_propose_floor_is_the_highest_floor_keeping_the_share(scores, keep, expected):
     floor = propose_floor(scores, keep)
     assert floor == expected
     kept = sum(s >= floor for s in scores[3])
     assert kept >= math.ceil(keep * len(scores[3]))
-    assert not any(sum(s >= higher for s in scores[3]) >= keep * len(scores[3]) for higher in scores[3] if higher > floor)
+    assert not any(
+        sum(s >= higher for s in scores[3]) >= keep * len(scores[3]) for higher in scores[3] if higher > floor
+    )
 
 
-@pytest.mark.parametrize("scores, min_grade3, message", [
-    ({3: [1.0] * 5, 0: [0.0] * 50}, 20, "only 5 grade-3 score(s); calibrating needs at least 20"),
-    ({0: [0.0] * 50}, 1, "only 0 grade-3 score(s)"),
-])
+@pytest.mark.parametrize(
+    "scores, min_grade3, message",
+    [
+        ({3: [1.0] * 5, 0: [0.0] * 50}, 20, "only 5 grade-3 score(s); calibrating needs at least 20"),
+        ({0: [0.0] * 50}, 1, "only 0 grade-3 score(s)"),
+    ],
+)
 def test_thin_data_is_refused(scores, min_grade3, message):
     with pytest.raises(InvalidInput, match=message.replace("(", r"\(").replace(")", r"\)")):
         propose_floor(scores, 0.95, min_grade3=min_grade3)
@@ -85,8 +109,11 @@ def test_thin_data_is_refused(scores, min_grade3, message):
 
 def test_drop_table_counts_scores_under_the_floor():
     assert drop_table(HAND, 2.0) == {
-        0: {"n": 6, "dropped": 4, "share": 4 / 6}, 1: {"n": 3, "dropped": 2, "share": 2 / 3},
-        2: {"n": 4, "dropped": 1, "share": 0.25}, 3: {"n": 20, "dropped": 1, "share": 0.05}}
+        0: {"n": 6, "dropped": 4, "share": 4 / 6},
+        1: {"n": 3, "dropped": 2, "share": 2 / 3},
+        2: {"n": 4, "dropped": 1, "share": 0.25},
+        3: {"n": 20, "dropped": 1, "share": 0.05},
+    }
     assert drop_table({3: [1.0]}, None)[3] == {"n": 1, "dropped": 0, "share": 0.0}  # no floor drops nothing
     assert drop_table({}, 0.0)[0] == {"n": 0, "dropped": 0, "share": None}
 
@@ -106,25 +133,38 @@ def test_cli_reports_current_and_proposed_drops(cli, calibrate_cli):
     assert result.exit_code == 0, result.output
     assert "reranker_floor:cross-encoder/ms-marco-MiniLM-L-6-v2: current -3 -> proposed 2" in result.stderr
     assert "dry run: pass --apply" in result.stderr
-    cells = [[c.strip() for c in line.strip("│").split("│")] for line in result.stdout.splitlines()
-             if line.startswith("│")]
+    cells = [
+        [c.strip() for c in line.strip("│").split("│")] for line in result.stdout.splitlines() if line.startswith("│")
+    ]
     assert "dropped proposed" in result.stdout
-    assert cells == [["3", "20", "0", "0.0%", "1", "5.0%"], ["2", "4", "0", "0.0%", "1", "25.0%"],
-                         ["1", "3", "1", "33.3%", "2", "66.7%"], ["0", "6", "1", "16.7%", "4", "66.7%"]]
+    assert cells == [
+        ["3", "20", "0", "0.0%", "1", "5.0%"],
+        ["2", "4", "0", "0.0%", "1", "25.0%"],
+        ["1", "3", "1", "33.3%", "2", "66.7%"],
+        ["0", "6", "1", "16.7%", "4", "66.7%"],
+    ]
     data = orjson.loads(calibrate_cli("--model", MSMARCO, "--json").stdout)
     assert (data["current"], data["proposal"], data["applied"]) == (-3.0, 2.0, None)
     assert data["proposed"]["3"] == {"n": 20, "dropped": 1, "share": 0.05}
     assert state.get(FLOOR_KEY.format(MSMARCO), Settings()) is None  # a dry run writes nothing
 
 
-@pytest.mark.parametrize("args, env, code, message", [
-    (["--model", MSMARCO], {}, 2, "only 5 grade-3 score(s); calibrating needs at least 20 (grade more"),
-    (["--model", "nobody/model"], {}, 1, "no graded deliveries with a reranker_score for nobody/model (pass "
-                                         "--model; models with graded deliveries: cross-encoder/ms-marco"),
-    ([], {"CAIRN_RERANKER_ENABLED": "false"}, 2, "the live reranker is none"),
-    (["--keep", "0.3"], {}, 2, "greater than or equal to 0.5"),
-    (["--target", "bogus"], {}, 2, "bogus"),
-])
+@pytest.mark.parametrize(
+    "args, env, code, message",
+    [
+        (["--model", MSMARCO], {}, 2, "only 5 grade-3 score(s); calibrating needs at least 20 (grade more"),
+        (
+            ["--model", "nobody/model"],
+            {},
+            1,
+            "no graded deliveries with a reranker_score for nobody/model (pass "
+            "--model; models with graded deliveries: cross-encoder/ms-marco",
+        ),
+        ([], {"CAIRN_RERANKER_ENABLED": "false"}, 2, "the live reranker is none"),
+        (["--keep", "0.3"], {}, 2, "greater than or equal to 0.5"),
+        (["--target", "bogus"], {}, 2, "bogus"),
+    ],
+)
 def test_bad_input_is_one_line_and_an_exit_code(cli, calibrate_cli, monkeypatch, args, env, code, message):
     seed(cli, [(3, float(i), None) for i in range(5)] + [(0, -1.0, None)] * 30)
     for name, value in env.items():

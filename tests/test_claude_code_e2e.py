@@ -17,15 +17,19 @@ import pytest
 
 from cairn_cli import hook_entry
 from cairn_cli.config import Settings
-from cairn_cli.core.store import deliveries
-from cairn_cli.core.store import memories
 from cairn_cli.core.experiment.ab import SHIPPED_B, b_version
+from cairn_cli.core.store import deliveries, memories
 from cairn_cli.core.transcript import read_transcript
 from tests.conftest import shared
 
-TRANSCRIPTS = ["fasthooks/sample_main_transcript.jsonl", "spotter/258c7280-ae70-4798-800f-63464d01a85d.jsonl",
-               "spotter/ae4a77f8-aedd-4bc1-888f-c94edc91af04.jsonl", "spotter/short.jsonl", "spotter/subagent.jsonl",
-               "spotter/tool_heavy.jsonl"]
+TRANSCRIPTS = [
+    "fasthooks/sample_main_transcript.jsonl",
+    "spotter/258c7280-ae70-4798-800f-63464d01a85d.jsonl",
+    "spotter/ae4a77f8-aedd-4bc1-888f-c94edc91af04.jsonl",
+    "spotter/short.jsonl",
+    "spotter/subagent.jsonl",
+    "spotter/tool_heavy.jsonl",
+]
 PARAPHRASED = "The staging database is wiped and reseeded every night at 02:00 UTC, so never keep test data there."
 PARAPHRASE = "Anything you leave in the pre-production DB disappears overnight when it gets reset and refilled."
 
@@ -37,14 +41,14 @@ def _sentence(text: str, prompt: str) -> str:
 
     asked = term_set(prompt)
     pieces = [p.strip(" -*#`") for p in re.split(r"(?<=[.!?])\s+|\n+", text)]
-    return max((p for p in pieces if len(p) >= 40), key=lambda p: len(distinctive_terms(p) - asked),
-               default=text.strip())[:300]
+    return max(
+        (p for p in pieces if len(p) >= 40), key=lambda p: len(distinctive_terms(p) - asked), default=text.strip()
+    )[:300]
 
 
 def _answered_turns(path: Path):
     lines = path.read_text(encoding="utf-8").splitlines()
-    turns = [t for t in read_transcript(path).turns()
-             if t.prompt.kind == "prompt" and any(m.text for m in t.responses)]
+    turns = [t for t in read_transcript(path).turns() if t.prompt.kind == "prompt" and any(m.text for m in t.responses)]
     return lines, turns
 
 
@@ -72,9 +76,15 @@ def test_replay_real_transcript_through_both_hooks(replay_env, cli, capsys, tmp_
     arms_seen: set = set()
     for i, t in enumerate(turns):
         partial = tmp_path / f"{session}.jsonl"  # the transcript as it stood when the prompt was submitted
-        partial.write_text("\n".join(lines[:t.prompt.line_no]) + "\n", encoding="utf-8")
-        payload = {"session_id": session, "transcript_path": str(partial), "cwd": f"/work/{scope}",
-                   "permission_mode": "default", "hook_event_name": "UserPromptSubmit", "prompt": t.prompt.text}
+        partial.write_text("\n".join(lines[: t.prompt.line_no]) + "\n", encoding="utf-8")
+        payload = {
+            "session_id": session,
+            "transcript_path": str(partial),
+            "cwd": f"/work/{scope}",
+            "permission_mode": "default",
+            "hook_event_name": "UserPromptSubmit",
+            "prompt": t.prompt.text,
+        }
         assert hook_entry.run_prompt(json.dumps(payload).encode()) == 0
         shown = [int(x) for x in re.findall(r'<memory id="(\d+)"', capsys.readouterr().out)]
         turn = i + 1
@@ -84,14 +94,29 @@ def test_replay_real_transcript_through_both_hooks(replay_env, cli, capsys, tmp_
             assert written_before in shown  # what the agent wrote last turn is found this turn
         negative = next((m for m in shown if m not in (mined[i], paraphrased_id)), None)
         grades = [f"{mined[i]}:3", f"{paraphrased_id}:2"] + ([f"{negative}:0!"] if negative else [])
-        cm = {"m": [{"content": f"In {session} turn {turn} the user asked: {t.prompt.text[:80]}",
-                     "keywords": ["replay", f"turn{turn}"], "scope": scope, "kind": "fact"}],
-              "rg": grades, "cu": [mined[i]], "-!": [negative] if negative else []}
+        cm = {
+            "m": [
+                {
+                    "content": f"In {session} turn {turn} the user asked: {t.prompt.text[:80]}",
+                    "keywords": ["replay", f"turn{turn}"],
+                    "scope": scope,
+                    "kind": "fact",
+                }
+            ],
+            "rg": grades,
+            "cu": [mined[i]],
+            "-!": [negative] if negative else [],
+        }
         answer = "\n".join(m.text for m in t.responses if m.text)
         response = f"{answer}\n\n{PARAPHRASE if i == 0 else ''}\n\n[cm]{json.dumps(cm)}[/cm]"
         before = {m: memories.get_memory(m, s).confidence for m in (mined[i], negative) if m}
-        stop = {"session_id": session, "transcript_path": str(partial), "hook_event_name": "Stop",
-                "stop_hook_active": False, "last_assistant_message": response}
+        stop = {
+            "session_id": session,
+            "transcript_path": str(partial),
+            "hook_event_name": "Stop",
+            "stop_hook_active": False,
+            "last_assistant_message": response,
+        }
         assert hook_entry.run_stop(json.dumps(stop).encode()) == 0
         rows = {r.memory_id: r for r in deliveries.list_deliveries(s, session_id=session, turn=turn)}
         # grades and hard negatives, only on what was shown

@@ -1,17 +1,23 @@
 """The [cm] block parser: well-formed items apply, malformed ones are reported and skipped."""
 
-from cairn_cli.core.labels.cm import parse_cm, parse_grade, strip_block
-
 import pytest
+
+from cairn_cli.core.labels.cm import parse_cm, parse_grade, strip_block
 
 
 def test_full_block_parses_every_field():
-    text = ('Done, the proxy forwards to 8080.\n[cm]\n{"m": [{"content": "The api proxy forwards to port 8080; '
-            'check nginx.conf first", "keywords": ["proxy", "port"], "scope": "webshop", "kind": "fact"}], '
-            '"rg": ["12:3", "15:0!", "7:1"], "cu": [12], "-!": ["#4"]}\n[/cm]')
+    text = (
+        'Done, the proxy forwards to 8080.\n[cm]\n{"m": [{"content": "The api proxy forwards to port 8080; '
+        'check nginx.conf first", "keywords": ["proxy", "port"], "scope": "webshop", "kind": "fact"}], '
+        '"rg": ["12:3", "15:0!", "7:1"], "cu": [12], "-!": ["#4"]}\n[/cm]'
+    )
     cm = parse_cm(text, source_ref="gen-v3", session_id="s1")
     assert cm.found and cm.problems == []
-    assert [(g.memory_id, g.grade, g.hard_negative) for g in cm.grades] == [(12, 3, False), (15, 0, True), (7, 1, False)]
+    assert [(g.memory_id, g.grade, g.hard_negative) for g in cm.grades] == [
+        (12, 3, False),
+        (15, 0, True),
+        (7, 1, False),
+    ]
     assert cm.corroborate == [12] and cm.contradict == [4]
     (m,) = cm.memories
     assert m.scope == "webshop" and m.source_ref == "gen-v3" and m.session_id == "s1" and "proxy" in m.keywords
@@ -24,8 +30,10 @@ def test_fenced_block_without_closing_tag_and_plain_string_memory():
 
 
 def test_malformed_items_are_reported_and_the_rest_applies():
-    cm = parse_cm('[cm]{"m": [{"content": ""}, {"content": "ok memory"}], "rg": ["12:7", "x:1", "3:2!", 5, "9:0"],'
-                  ' "cu": ["abc", 2, true], "zz": 1}[/cm]')
+    cm = parse_cm(
+        '[cm]{"m": [{"content": ""}, {"content": "ok memory"}], "rg": ["12:7", "x:1", "3:2!", 5, "9:0"],'
+        ' "cu": ["abc", 2, true], "zz": 1}[/cm]'
+    )
     assert [g.memory_id for g in cm.grades] == [9]
     assert [m.content for m in cm.memories] == ["ok memory"]
     assert cm.corroborate == [2]

@@ -6,8 +6,13 @@ from cairn_cli.errors import ConfigError
 
 
 def test_defaults_are_the_documented_weights():
-    assert Settings().weights() == {"similarity": 0.50, "keywords": 0.15, "scope": 0.05, "confidence": 0.0,
-                                    "recency": 0.0}
+    assert Settings().weights() == {
+        "similarity": 0.50,
+        "keywords": 0.15,
+        "scope": 0.05,
+        "confidence": 0.0,
+        "recency": 0.0,
+    }
 
 
 def test_precedence_flag_over_env_over_file_over_default(cairn_home, monkeypatch):
@@ -36,8 +41,8 @@ def test_bad_values_name_the_variable(monkeypatch, var, value):
 def test_broken_config_file_is_a_clear_error(cairn_home):
     cairn_home.mkdir(parents=True, exist_ok=True)
     (cairn_home / "config.toml").write_text("RANK_K = [\n")
-    with pytest.raises(ConfigError, match="config.toml is not valid TOML"):
-        Settings().RANK_K
+    with pytest.raises(ConfigError, match=r"config\.toml is not valid TOML"):
+        _ = Settings().RANK_K
 
 
 def test_default_urls_are_sqlite_under_home(cairn_home):

@@ -9,8 +9,9 @@ from cairn_cli.core.ranking.context import build_context_window, clean
 from cairn_cli.errors import InvalidInput, NotFound
 from tests.conftest import SHARED_DATA, shared
 
-MAIN_TRANSCRIPTS = sorted((SHARED_DATA / "claude_code" / "spotter").glob("*.jsonl")) + \
-    [SHARED_DATA / "claude_code" / "fasthooks" / "sample_main_transcript.jsonl"]
+MAIN_TRANSCRIPTS = sorted((SHARED_DATA / "claude_code" / "spotter").glob("*.jsonl")) + [
+    SHARED_DATA / "claude_code" / "fasthooks" / "sample_main_transcript.jsonl"
+]
 
 
 def _tool_outputs(path: Path) -> list[str]:
@@ -28,8 +29,11 @@ def _tool_outputs(path: Path) -> list[str]:
                     said.append(" ".join(block.get("text", "").split()))
                 if block.get("type") == "tool_result":
                     text = block.get("content")
-                    text = text if isinstance(text, str) else " ".join(
-                        b.get("text", "") for b in (text or []) if isinstance(b, dict))
+                    text = (
+                        text
+                        if isinstance(text, str)
+                        else " ".join(b.get("text", "") for b in (text or []) if isinstance(b, dict))
+                    )
                     text = " ".join(text.split())
                     if len(text) > 60:
                         out.append(text[:60])
@@ -40,20 +44,30 @@ def _tool_outputs(path: Path) -> list[str]:
 @pytest.mark.parametrize("path", MAIN_TRANSCRIPTS, ids=lambda p: p.name)
 def test_real_transcripts_are_cleaned_and_bounded(path):
     shared("claude_code")
-    window = build_context_window("what should we do next about the failing deploy?", path, max_turns=3,
-                                  max_chars=2000)
+    window = build_context_window("what should we do next about the failing deploy?", path, max_turns=3, max_chars=2000)
     text = window.text
     assert text.startswith("what should we do next about the failing deploy?")
     assert len(text) <= 2000
     assert "\n" not in text and "  " not in text
-    for marker in ("<system-reminder>", "<cairn-memories", "[cm]", "<command-name>", "<task-notification>",
-                   "tool_use_id", "<local-command-stdout>"):
+    for marker in (
+        "<system-reminder>",
+        "<cairn-memories",
+        "[cm]",
+        "<command-name>",
+        "<task-notification>",
+        "tool_use_id",
+        "<local-command-stdout>",
+    ):
         assert marker not in text
     for tool_text in _tool_outputs(path):
         assert tool_text not in text, "tool output leaked into the context window"
     assert window.turns_used <= 3
-    assert window.key == build_context_window("what should we do next about the failing deploy?", path,
-                                              max_turns=3, max_chars=2000).key
+    assert (
+        window.key
+        == build_context_window(
+            "what should we do next about the failing deploy?", path, max_turns=3, max_chars=2000
+        ).key
+    )
 
 
 def test_short_transcript_window_has_the_earlier_turn():
@@ -75,17 +89,25 @@ def _user(text, **extra):
 
 
 def _assistant(mid, text):
-    return {"type": "assistant", "uuid": mid, "message": {"id": mid, "role": "assistant",
-                                                          "content": [{"type": "text", "text": text}]}}
+    return {
+        "type": "assistant",
+        "uuid": mid,
+        "message": {"id": mid, "role": "assistant", "content": [{"type": "text", "text": text}]},
+    }
 
 
 def test_cairns_own_blocks_and_reminders_are_dropped(tmp_path):
-    path = _write(tmp_path, [
-        _user('fix the login <system-reminder>secret reminder</system-reminder> bug '
-              '<cairn-memories session="s"><memory id="1">injected text</memory></cairn-memories>'),
-        _assistant("m1", 'Fixed the login bug.\n[cm]{"rg": ["1:3"]}[/cm]'),
-        _user("<command-name>/mcp</command-name>"),
-    ])
+    path = _write(
+        tmp_path,
+        [
+            _user(
+                "fix the login <system-reminder>secret reminder</system-reminder> bug "
+                '<cairn-memories session="s"><memory id="1">injected text</memory></cairn-memories>'
+            ),
+            _assistant("m1", 'Fixed the login bug.\n[cm]{"rg": ["1:3"]}[/cm]'),
+            _user("<command-name>/mcp</command-name>"),
+        ],
+    )
     text = build_context_window("next", path, max_turns=3, max_chars=2000).text
     assert text == "next assistant: Fixed the login bug. user: fix the login bug"
 
@@ -102,8 +124,10 @@ def test_turn_and_char_bounds(tmp_path):
 
 def test_the_current_prompt_is_not_repeated_from_the_transcript(tmp_path):
     path = _write(tmp_path, [_user("first"), _assistant("m1", "ok"), _user("second question")])
-    assert build_context_window("second question", path, max_turns=3, max_chars=2000).text == \
-        "second question assistant: ok user: first"
+    assert (
+        build_context_window("second question", path, max_turns=3, max_chars=2000).text
+        == "second question assistant: ok user: first"
+    )
 
 
 def test_key_changes_with_the_window():

@@ -6,10 +6,10 @@ import orjson
 import pytest
 
 from cairn_cli.config import Settings
-from cairn_cli.core.store import deliveries
 from cairn_cli.core.ranking import reranking
+from cairn_cli.core.store import deliveries
 from cairn_cli.ml.reranker import MSMARCO, DeviceFacts
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, hf_cache
 
 CPU = DeviceFacts(cuda=False, vram_gb=0.0)
 
@@ -29,7 +29,7 @@ def hub_cache(tmp_path_factory):
 
 
 def test_a_cached_ms_marco_is_resolved_loaded_and_recorded(cli, hub_cache, monkeypatch):
-    monkeypatch.setenv("HF_HUB_CACHE", str(hub_cache))
+    hf_cache(monkeypatch, hub_cache)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     s = Settings()
     res = reranking.resolve(s, facts=CPU)
@@ -55,8 +55,10 @@ def test_a_cached_ms_marco_is_resolved_loaded_and_recorded(cli, hub_cache, monke
 def test_a_broken_model_directory_falls_back_to_composite(tmp_path, monkeypatch):
     repo = tmp_path / "hub" / ("models--" + MSMARCO.replace("/", "--")) / "snapshots" / "bad"
     repo.mkdir(parents=True)
+    (repo.parents[1] / "refs").mkdir()
+    (repo.parents[1] / "refs" / "main").write_text("bad")
     (repo / "config.json").write_text('{"model_type": "bert"}')
     (repo / "model.safetensors").write_bytes(b"not weights")
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    hf_cache(monkeypatch, tmp_path / "hub")
     model, notes = reranking.load_reranker(Settings(), reranking.resolve(Settings(), facts=CPU))
     assert model is None and "failed to load" in notes[-1] and "composite only" in notes[-1]

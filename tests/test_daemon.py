@@ -23,14 +23,29 @@ HEAVY = ("torch", "sentence_transformers", "transformers", "rich", "tqdm", "type
 
 def _env(home, **extra):
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
-    env.update({"CAIRN_HOME": str(home), "CAIRN_DAEMON": "auto", "CAIRN_EMBED_MODEL": "hashing",
-                "HF_HUB_CACHE": str(home / "hf-empty"), "CAIRN_DAEMON_TIMEOUT_MS": "3000", **extra})
+    env.update(
+        {
+            "CAIRN_HOME": str(home),
+            "CAIRN_DAEMON": "auto",
+            "CAIRN_EMBED_MODEL": "hashing",
+            "HF_HUB_CACHE": str(home / "hf-empty"),
+            "CAIRN_DAEMON_TIMEOUT_MS": "3000",
+            **extra,
+        }
+    )
     return env
 
 
 def run(home, *args, input=None, timeout=120, **extra):
-    return subprocess.run([*CAIRN, *map(str, args)], input=input, capture_output=True, text=True, timeout=timeout,
-                          env=_env(home, **extra), cwd=ROOT)
+    return subprocess.run(
+        [*CAIRN, *map(str, args)],
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=_env(home, **extra),
+        cwd=ROOT,
+    )
 
 
 def start(home, **extra):
@@ -67,12 +82,21 @@ def home(tmp_path):
 
 def _entry_in_fresh_interpreter(home, argv, stdin, **extra):
     """(exit code, stdout, heavy modules imported) of the console script's entry run in a new interpreter."""
-    code = ("import sys, json\nfrom cairn_cli import entry\n"
-            f"sys.argv = ['cairn', *{argv!r}]\nrc = 0\n"
-            "try:\n    entry.main()\nexcept SystemExit as exc:\n    rc = exc.code\n"
-            f"sys.stderr.write(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))\nsys.exit(rc)")
-    out = subprocess.run([sys.executable, "-c", code], input=stdin, capture_output=True, text=True, timeout=60,
-                         env=_env(home, **extra), cwd=ROOT)
+    code = (
+        "import sys, json\nfrom cairn_cli import entry\n"
+        f"sys.argv = ['cairn', *{argv!r}]\nrc = 0\n"
+        "try:\n    entry.main()\nexcept SystemExit as exc:\n    rc = exc.code\n"
+        f"sys.stderr.write(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))\nsys.exit(rc)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_env(home, **extra),
+        cwd=ROOT,
+    )
     return out.returncode, out.stdout, json.loads(out.stderr.strip().splitlines()[-1])
 
 
@@ -86,12 +110,15 @@ def test_real_model_daemon_ranks_and_the_hot_path_stays_light(tmp_path):
         assert "not in the local Hugging Face cache" in info["warnings"][0]
         assert oct(os.stat(h / "daemon.sock").st_mode & 0o777) == "0o600"
         # a fresh interpreter, exactly what the hook runs
-        code = ("import sys, json\nfrom cairn_cli.entry import fast_rank\n"
-                "rc = fast_rank(['how should prices be stored for the checkout?', '--scope', 'webshop', '--json',"
-                " '--session', 'hot'])\n"
-                f"sys.stderr.write(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))\nsys.exit(rc)")
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                             env=_env(h, **extra), cwd=ROOT)
+        code = (
+            "import sys, json\nfrom cairn_cli.entry import fast_rank\n"
+            "rc = fast_rank(['how should prices be stored for the checkout?', '--scope', 'webshop', '--json',"
+            " '--session', 'hot'])\n"
+            f"sys.stderr.write(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))\nsys.exit(rc)"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=_env(h, **extra), cwd=ROOT
+        )
         assert out.returncode == 0, out.stderr
         assert json.loads(out.stderr.strip().splitlines()[-1]) == []
         result = json.loads(out.stdout)
@@ -101,25 +128,47 @@ def test_real_model_daemon_ranks_and_the_hot_path_stays_light(tmp_path):
         assert [r["memory_id"] for r in rows][:1] == [2] and rows[0]["score_components"]["ranker"] == "cairn"
         # embed op, for engagement later
         from cairn_cli.daemon import client
+
         vec = client.request("embed", {"texts": ["hello"]}, timeout_ms=5000, base=h)
         assert vec["model"] == "all-MiniLM-L6-v2" and len(vec["vectors"][0]) == 384
         # the hooks, exactly as Claude Code runs them: the lean entry, the daemon's models, no torch in the hook
-        prompt = json.dumps({"session_id": "hook", "cwd": "/src/webshop", "hook_event_name": "UserPromptSubmit",
-                             "prompt": "the integration tests fail with connection refused"})
+        prompt = json.dumps(
+            {
+                "session_id": "hook",
+                "cwd": "/src/webshop",
+                "hook_event_name": "UserPromptSubmit",
+                "prompt": "the integration tests fail with connection refused",
+            }
+        )
         rc, stdout, heavy = _entry_in_fresh_interpreter(h, ["hook", "prompt"], prompt, **extra)
         assert rc == 0 and heavy == [] and '<memory id="1"' in stdout and "<cairn-rules" in stdout
-        stop = json.dumps({"session_id": "hook", "hook_event_name": "Stop", "last_assistant_message":
-                           "Bring the Postgres database up before you launch the test suite, or nothing can connect."
-                           '\n[cm]{"m": ["Flaky checkout tests: clear the Redis cache first"], "rg": ["1:3"]}[/cm]'})
+        stop = json.dumps(
+            {
+                "session_id": "hook",
+                "hook_event_name": "Stop",
+                "last_assistant_message": "Bring the Postgres database up before you launch the test suite, or nothing can connect."
+                '\n[cm]{"m": ["Flaky checkout tests: clear the Redis cache first"], "rg": ["1:3"]}[/cm]',
+            }
+        )
         rc, stdout, heavy = _entry_in_fresh_interpreter(h, ["hook", "stop"], stop, **extra)
         assert rc == 0 and stdout == "" and not set(heavy) & {"torch", "sentence_transformers", "transformers"}
-        row = [d for d in deliveries(h) if d["session_id"] == "hook" and d["memory_id"] == 1][0]
+        row = next(d for d in deliveries(h) if d["session_id"] == "hook" and d["memory_id"] == 1)
         assert row["grade"] == 3 and row["engaged_method"] == "semantic" and row["engaged_score"] >= 0.55
         written = json.loads(run(h, "memory", "show", "19", "--json", **extra).stdout)
         assert written["source_ref"].startswith("gen-1") and written["embedding_model"] == "all-MiniLM-L6-v2"
         # the daemon sees memories added after it started
-        assert run(h, "memory", "add", "Gift cards are redeemed with `shop giftcard redeem CODE`", "--scope",
-                   "webshop", **extra).returncode == 0
+        assert (
+            run(
+                h,
+                "memory",
+                "add",
+                "Gift cards are redeemed with `shop giftcard redeem CODE`",
+                "--scope",
+                "webshop",
+                **extra,
+            ).returncode
+            == 0
+        )
         assert rank_json(h, "how do I redeem a gift card?", "--scope", "webshop", **extra)["memories"][0]["id"] == 20
     finally:
         run(h, "daemon", "stop", "--force")
@@ -165,8 +214,14 @@ def test_hung_daemon_times_out_to_the_fallback_and_status_says_hung(home):
 def test_daemon_killed_mid_request_leaves_a_stale_socket_that_start_recovers(home):
     info = start(home)
     os.kill(info["pid"], signal.SIGSTOP)
-    proc = subprocess.Popen([*CAIRN, "rank", "release to production", "--json", "--session", "killed"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(home), cwd=ROOT)
+    proc = subprocess.Popen(
+        [*CAIRN, "rank", "release to production", "--json", "--session", "killed"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(home),
+        cwd=ROOT,
+    )
     time.sleep(0.8)  # the request is connected and waiting
     os.kill(info["pid"], signal.SIGKILL)
     out, err = proc.communicate(timeout=60)
@@ -194,8 +249,17 @@ def test_a_leftover_socket_file_is_recovered(home):
 
 
 def test_two_daemons_started_at_once_make_one(home):
-    procs = [subprocess.Popen([*CAIRN, "daemon", "serve"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, env=_env(home), cwd=ROOT) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [*CAIRN, "daemon", "serve"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(home),
+            cwd=ROOT,
+        )
+        for _ in range(2)
+    ]
     time.sleep(3)
     alive = [p for p in procs if p.poll() is None]
     dead = [p for p in procs if p.poll() is not None]
@@ -230,8 +294,11 @@ def test_a_socket_we_do_not_own_is_never_used(home, tamper):
             os.chown(path, 65534, 65534)
     result = rank_json(home, "deploy to production", CAIRN_DAEMON_TIMEOUT_MS="2000")
     assert result["ranker"] == "cairn-fallback"
-    expected = {"world-writable": "open to other users", "other-owner": "belongs to uid 65534",
-                "not-a-socket": "is not a socket"}[tamper]
+    expected = {
+        "world-writable": "open to other users",
+        "other-owner": "belongs to uid 65534",
+        "not-a-socket": "is not a socket",
+    }[tamper]
     assert expected in result["notes"][0]
 
 
@@ -245,9 +312,10 @@ def test_autostart_answers_now_and_spawns_the_daemon_for_next_time(home):
 
 
 def test_the_lean_entry_accepts_exactly_the_typer_options():
+    import typer.main
+
     from cairn_cli.cli import app
     from cairn_cli.entry import _rank_parser
-    import typer.main
 
     command = typer.main.get_command(app).commands["rank"]
     typer_opts = {o for p in command.params for o in p.opts if o.startswith("-")}

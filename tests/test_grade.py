@@ -3,15 +3,23 @@
 import orjson
 
 from cairn_cli.config import Settings
-from cairn_cli.core.store import deliveries
-from cairn_cli.core.store import memories
+from cairn_cli.core.store import deliveries, memories
 from tests.conftest import EXAMPLES
 
 
 def _rank(cli, session="g1"):
     assert cli("memory", "import", EXAMPLES).exit_code == 0
-    result = cli("rank", "integration tests fail with connection refused on port 5433", "--scope", "webshop",
-                 "--session", session, "-k", "3", "--json")
+    result = cli(
+        "rank",
+        "integration tests fail with connection refused on port 5433",
+        "--scope",
+        "webshop",
+        "--session",
+        session,
+        "-k",
+        "3",
+        "--json",
+    )
     assert result.exit_code == 0, result.output
     return [m["id"] for m in orjson.loads(result.stdout)["memories"]]
 
@@ -19,16 +27,22 @@ def _rank(cli, session="g1"):
 def test_grades_apply_to_the_latest_turn_and_reject_what_was_not_shown(cli):
     shown = _rank(cli)
     unshown = next(i for i in range(1, 19) if i not in shown)
-    block = (f'Answer.\n[cm]{{"rg": ["{shown[0]}:3", "{shown[1]}:0!", "{unshown}:2", "{shown[2]}:9"], '
-             f'"cu": [{shown[0]}], "-!": [{unshown}]}}[/cm]')
+    block = (
+        f'Answer.\n[cm]{{"rg": ["{shown[0]}:3", "{shown[1]}:0!", "{unshown}:2", "{shown[2]}:9"], '
+        f'"cu": [{shown[0]}], "-!": [{unshown}]}}[/cm]'
+    )
     result = cli("grade", "--session", "g1", "--json", block)
     assert result.exit_code == 2, result.output  # applied, but some of the input was not
     assert "1 item(s) skipped and 1 grade(s) rejected; the rest was applied" in result.output
     report = orjson.loads(result.stdout)
     assert report["turn"] == 1
     assert [(a["memory_id"], a["grade"], a["hard_negative"]) for a in report["applied"]] == [
-        (shown[0], 3, False), (shown[1], 0, True)]
-    assert report["rejected"][0]["memory_id"] == unshown and "not delivered in turn 1" in report["rejected"][0]["reason"]
+        (shown[0], 3, False),
+        (shown[1], 0, True),
+    ]
+    assert (
+        report["rejected"][0]["memory_id"] == unshown and "not delivered in turn 1" in report["rejected"][0]["reason"]
+    )
     assert any("outside 0-3" in p for p in report["problems"])
     rows = {r.memory_id: r for r in deliveries.list_deliveries(Settings(), session_id="g1")}
     assert rows[shown[0]].grade == 3 and rows[shown[0]].hard_negative is False

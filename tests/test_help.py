@@ -8,8 +8,15 @@ import pytest
 from cairn_cli.cli import COMMANDS, ab_app, ab_queue_app, app, daemon_app, hook_app, memory_app, stats_app
 from tests.conftest import ROOT
 
-GROUPS = {id(app): "", id(memory_app): "memory ", id(daemon_app): "daemon ", id(hook_app): "hook ", id(ab_app): "ab ",
-          id(ab_queue_app): "ab queue ", id(stats_app): "stats "}
+GROUPS = {
+    id(app): "",
+    id(memory_app): "memory ",
+    id(daemon_app): "daemon ",
+    id(hook_app): "hook ",
+    id(ab_app): "ab ",
+    id(ab_queue_app): "ab queue ",
+    id(stats_app): "stats ",
+}
 ALL = [f"{GROUPS[id(parent)]}{name}" for parent, name, _ in COMMANDS]
 
 
@@ -34,10 +41,12 @@ def test_every_setting_is_in_the_readme():
 
 
 def test_help_imports_no_heavy_module():
-    code = ("import sys\nfrom cairn_cli.cli import main\nsys.argv = ['cairn', '--help']\n"
-            "try:\n    main()\nexcept SystemExit:\n    pass\n"
-            "heavy = [m for m in ('torch', 'sentence_transformers', 'transformers', 'numpy', 'peewee', 'tqdm')"
-            " if m in sys.modules]\nprint('HEAVY', heavy)")
+    code = (
+        "import sys\nfrom cairn_cli.cli import main\nsys.argv = ['cairn', '--help']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "heavy = [m for m in ('torch', 'sentence_transformers', 'transformers', 'numpy', 'peewee', 'tqdm')"
+        " if m in sys.modules]\nprint('HEAVY', heavy)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert "HEAVY []" in out.stdout, out.stdout

@@ -61,10 +61,11 @@ def run(app):
 
 # -- the pure functions ----------------------------------------------------------------------------------------
 
+
 def test_merge_keeps_everything_else():
     before = copy.deepcopy(EXISTING)
     merged = cs.merge(EXISTING, CAIRN)
-    assert EXISTING == before  # the input is not mutated
+    assert before == EXISTING  # the input is not mutated
     assert list(merged) == list(EXISTING)  # key order preserved
     for key in ("model", "permissions", "env"):
         assert merged[key] == EXISTING[key]
@@ -93,35 +94,53 @@ def test_merge_is_idempotent():
 @pytest.mark.parametrize("stale", ["/old/venv/bin/cairn", "/usr/bin/python3 -m cairn_cli", "'/my dir/cairn'"])
 def test_stale_cairn_entry_is_replaced_in_place(stale):
     other = {"type": "command", "command": "echo hi"}
-    settings = {"hooks": {"UserPromptSubmit": [
-        {"hooks": [other, {"type": "command", "command": f"{stale} hook prompt", "timeout": 99}]},
-        {"hooks": [{"type": "command", "command": f"{stale} hook prompt"}]},  # a duplicate: dropped with its group
-    ]}}
+    settings = {
+        "hooks": {
+            "UserPromptSubmit": [
+                {"hooks": [other, {"type": "command", "command": f"{stale} hook prompt", "timeout": 99}]},
+                {
+                    "hooks": [{"type": "command", "command": f"{stale} hook prompt"}]
+                },  # a duplicate: dropped with its group
+            ]
+        }
+    }
     merged = cs.merge(settings, CAIRN)
     assert merged["hooks"]["UserPromptSubmit"] == [
-        {"hooks": [other, {"type": "command", "command": f"{CAIRN} hook prompt", "timeout": 10}]}]
+        {"hooks": [other, {"type": "command", "command": f"{CAIRN} hook prompt", "timeout": 10}]}
+    ]
     assert cairn_commands(merged, "Stop") == [f"{CAIRN} hook stop"]
 
 
-@pytest.mark.parametrize("command,ours", [
-    ("/opt/venv/bin/cairn hook prompt", True),
-    ("cairn hook stop", True),
-    ("/usr/bin/python3 -m cairn_cli hook prompt", True),
-    ("/usr/local/bin/notcairn hook prompt", False),
-    ("cairn rank --scope x", False),
-    ("/usr/local/bin/othertool inject", False),
-])
+@pytest.mark.parametrize(
+    "command,ours",
+    [
+        ("/opt/venv/bin/cairn hook prompt", True),
+        ("cairn hook stop", True),
+        ("/usr/bin/python3 -m cairn_cli hook prompt", True),
+        ("/usr/local/bin/notcairn hook prompt", False),
+        ("cairn rank --scope x", False),
+        ("/usr/local/bin/othertool inject", False),
+    ],
+)
 def test_is_cairn_hook(command, ours):
     assert cs.is_cairn_hook({"type": "command", "command": command}) is ours
 
 
 def test_unmerge_removes_only_cairn():
     settings = copy.deepcopy(EXISTING)
-    settings["hooks"]["Stop"] = [{"hooks": [{"type": "command", "command": "notify-send done"},
-                                            {"type": "command", "command": "/x/cairn hook stop"}]}]
+    settings["hooks"]["Stop"] = [
+        {
+            "hooks": [
+                {"type": "command", "command": "notify-send done"},
+                {"type": "command", "command": "/x/cairn hook stop"},
+            ]
+        }
+    ]
     merged = cs.merge(settings, CAIRN)
-    assert cs.unmerge(merged) == {**settings, "hooks": {**settings["hooks"], "Stop": [
-        {"hooks": [{"type": "command", "command": "notify-send done"}]}]}}
+    assert cs.unmerge(merged) == {
+        **settings,
+        "hooks": {**settings["hooks"], "Stop": [{"hooks": [{"type": "command", "command": "notify-send done"}]}]},
+    }
     assert cs.unmerge(cs.merge(EXISTING, CAIRN)) == EXISTING
     assert cs.unmerge(cs.merge({"model": "opus"}, CAIRN)) == {"model": "opus"}  # emptied hooks/events/groups go
     assert cs.unmerge({"hooks": {}}) == {"hooks": {}}  # nothing of ours: untouched
@@ -170,6 +189,7 @@ def test_default_command_is_an_absolute_cairn():
 
 
 # -- through the CLI -----------------------------------------------------------------------------------------
+
 
 def test_install_into_existing_settings_keeps_other_keys(run, project):
     path = project / ".claude" / "settings.json"
@@ -231,11 +251,15 @@ BROKEN = [
 ]
 
 
-@pytest.mark.parametrize("args,text,fragment", [
-    *((["install", "--command", CAIRN], t, f) for t, f in BROKEN),
-    (["install", "--command", CAIRN], '{"hooks": {"Stop": {}}}', '"hooks.Stop" is not a JSON array'),
-    *((["uninstall"], t, f) for t, f in BROKEN),
-], ids=lambda v: str(v)[:30])
+@pytest.mark.parametrize(
+    "args,text,fragment",
+    [
+        *((["install", "--command", CAIRN], t, f) for t, f in BROKEN),
+        (["install", "--command", CAIRN], '{"hooks": {"Stop": {}}}', '"hooks.Stop" is not a JSON array'),
+        *((["uninstall"], t, f) for t, f in BROKEN),
+    ],
+    ids=lambda v: str(v)[:30],
+)
 def test_broken_settings_exit_2_and_stay_untouched(run, project, args, text, fragment):
     path = project / ".claude" / "settings.json"
     path.parent.mkdir()
@@ -251,8 +275,12 @@ def test_user_writes_under_home(run, project, tmp_path):
     result = run("install", "--user", "--json", "--command", CAIRN)
     assert result.exit_code == 0, result.output
     path = tmp_path / "userhome" / ".claude" / "settings.json"
-    assert json.loads(result.stdout) == {"path": str(path), "changed": True, "dry_run": False,
-                                         "diff": json.loads(result.stdout)["diff"]}
+    assert json.loads(result.stdout) == {
+        "path": str(path),
+        "changed": True,
+        "dry_run": False,
+        "diff": json.loads(result.stdout)["diff"],
+    }
     assert cairn_commands(json.loads(path.read_text()), "UserPromptSubmit") == [f"{CAIRN} hook prompt"]
     assert not (project / ".claude").exists()
     assert run("uninstall", "--user").exit_code == 0

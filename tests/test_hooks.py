@@ -10,24 +10,40 @@ import pytest
 
 from cairn_cli import hook_entry
 from cairn_cli.config import Settings
-from cairn_cli.core.store import deliveries
-from cairn_cli.core.store import memories
-from cairn_cli.core.hooks.payload import hook_scope, parse_payload
 from cairn_cli.core.experiment.rules import RULES_TAG
+from cairn_cli.core.hooks.payload import hook_scope, parse_payload
+from cairn_cli.core.store import deliveries, memories
 from cairn_cli.errors import InvalidInput
 from tests.conftest import EXAMPLES, ROOT
 
 
 def prompt_payload(prompt="integration tests fail with connection refused on port 5433", **extra):
-    return json.dumps({"session_id": "s1", "transcript_path": "/nonexistent/s1.jsonl", "cwd": "/home/USER/webshop",
-                       "permission_mode": "default", "hook_event_name": "UserPromptSubmit", "prompt": prompt,
-                       "prompt_id": "p-1", **extra}).encode()
+    return json.dumps(
+        {
+            "session_id": "s1",
+            "transcript_path": "/nonexistent/s1.jsonl",
+            "cwd": "/home/USER/webshop",
+            "permission_mode": "default",
+            "hook_event_name": "UserPromptSubmit",
+            "prompt": prompt,
+            "prompt_id": "p-1",
+            **extra,
+        }
+    ).encode()
 
 
 def stop_payload(message, **extra):
-    return json.dumps({"session_id": "s1", "transcript_path": "/nonexistent/s1.jsonl", "cwd": "/home/USER/webshop",
-                       "hook_event_name": "Stop", "stop_hook_active": False, "last_assistant_message": message,
-                       **extra}).encode()
+    return json.dumps(
+        {
+            "session_id": "s1",
+            "transcript_path": "/nonexistent/s1.jsonl",
+            "cwd": "/home/USER/webshop",
+            "hook_event_name": "Stop",
+            "stop_hook_active": False,
+            "last_assistant_message": message,
+            **extra,
+        }
+    ).encode()
 
 
 def arm_version(arm: str | None) -> str:
@@ -87,10 +103,12 @@ def test_stop_hook_applies_memories_grades_evidence_and_engagement_once(store, c
     shown = [int(x.split('"')[1]) for x in out.split("<memory id=")[1:]]
     assert shown[0] == 1
     unshown = next(i for i in range(1, 19) if i not in shown)
-    message = ("Start PostgreSQL with `make db-up` before pytest; it listens on 5433.\n"
-               '[cm]{"m": [{"content": "Run make db-up before pytest in the webshop", "keywords": ["pytest"], '
-               f'"scope": "webshop", "kind": "procedure"}}], "rg": ["{shown[0]}:3", "{shown[1]}:0!", '
-               f'"{unshown}:2", "{shown[2]}:7"], "cu": [{shown[0]}], "-!": [{shown[1]}]}}[/cm]')
+    message = (
+        "Start PostgreSQL with `make db-up` before pytest; it listens on 5433.\n"
+        '[cm]{"m": [{"content": "Run make db-up before pytest in the webshop", "keywords": ["pytest"], '
+        f'"scope": "webshop", "kind": "procedure"}}], "rg": ["{shown[0]}:3", "{shown[1]}:0!", '
+        f'"{unshown}:2", "{shown[2]}:7"], "cu": [{shown[0]}], "-!": [{shown[1]}]}}[/cm]'
+    )
     assert hook_entry.run_stop(stop_payload(message)) == 0
     assert capsys.readouterr().out == ""  # a passive Stop hook prints nothing
     s = Settings()
@@ -119,11 +137,27 @@ def test_stop_hook_applies_memories_grades_evidence_and_engagement_once(store, c
 
 def test_stop_reads_the_response_from_the_transcript_when_the_payload_lacks_it(store, capsys, tmp_path):
     transcript = tmp_path / "s1.jsonl"
-    lines = [{"type": "user", "uuid": "u1", "message": {"role": "user", "content": "tests fail, port 5433"}},
-             {"type": "assistant", "uuid": "a1", "message": {"id": "m1", "role": "assistant", "content": [
-                 {"type": "text", "text": "Run `make db-up` so PostgreSQL listens on 5433, then pytest."}]}},
-             {"type": "assistant", "uuid": "a2", "message": {"id": "m1", "role": "assistant", "content": [
-                 {"type": "text", "text": '[cm]{"rg": ["1:3"]}[/cm]'}]}}]
+    lines = [
+        {"type": "user", "uuid": "u1", "message": {"role": "user", "content": "tests fail, port 5433"}},
+        {
+            "type": "assistant",
+            "uuid": "a1",
+            "message": {
+                "id": "m1",
+                "role": "assistant",
+                "content": [{"type": "text", "text": "Run `make db-up` so PostgreSQL listens on 5433, then pytest."}],
+            },
+        },
+        {
+            "type": "assistant",
+            "uuid": "a2",
+            "message": {
+                "id": "m1",
+                "role": "assistant",
+                "content": [{"type": "text", "text": '[cm]{"rg": ["1:3"]}[/cm]'}],
+            },
+        },
+    ]
     transcript.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     run_prompt(capsys, prompt_payload(transcript_path=str(transcript)))
     payload = json.loads(stop_payload(None))
@@ -152,8 +186,12 @@ def test_subagent_events_are_recorded_marked_and_never_graded(store, capsys):
 
 def test_the_injection_respects_claude_codes_limit(cli, capsys):
     for i in range(12):
-        assert cli("memory", "add", f"deploy note {i}: " + "the release deploy needs care " * 60, "--scope",
-                   "webshop").exit_code == 0
+        assert (
+            cli(
+                "memory", "add", f"deploy note {i}: " + "the release deploy needs care " * 60, "--scope", "webshop"
+            ).exit_code
+            == 0
+        )
     out = run_prompt(capsys, prompt_payload("how do I deploy the release?"))
     assert len(out.rstrip("\n")) <= Settings().INJECTION_MAX_CHARS and out.count("<memory ") >= 1
     shown = out.count("<memory ")
@@ -199,11 +237,21 @@ def test_non_utf8_and_huge_prompts_still_rank(store, capsys, cairn_home):
 def test_the_hook_entry_never_fails_the_session_even_when_the_home_is_unusable(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    env = {"CAIRN_HOME": str(blocker / "home"), "CAIRN_DAEMON": "off", "CAIRN_EMBED_MODEL": "hashing",
-           "PATH": "/usr/bin:/bin"}
+    env = {
+        "CAIRN_HOME": str(blocker / "home"),
+        "CAIRN_DAEMON": "off",
+        "CAIRN_EMBED_MODEL": "hashing",
+        "PATH": "/usr/bin:/bin",
+    }
     for hook, payload in (("prompt", prompt_payload()), ("stop", stop_payload("hi"))):
-        out = subprocess.run([sys.executable, "-m", "cairn_cli", "hook", hook], input=payload, capture_output=True,
-                             timeout=60, env=env, cwd=ROOT)
+        out = subprocess.run(
+            [sys.executable, "-m", "cairn_cli", "hook", hook],
+            input=payload,
+            capture_output=True,
+            timeout=60,
+            env=env,
+            cwd=ROOT,
+        )
         assert out.returncode == 0 and out.stdout == b"", out.stderr
 
 
@@ -223,8 +271,10 @@ def test_a_stop_that_merges_one_memory_and_adds_another_embeds_the_new_one_with_
 
     run_prompt(capsys, prompt_payload())
     existing = memories.get_memory(1, Settings()).content  # merged (dedup), listed first
-    message = ('[cm]{"m": [{"content": ' + json.dumps(existing) + '}, '
-               '{"content": "Gift cards are redeemed with shop giftcard redeem CODE", "keywords": ["giftcard"]}]}[/cm]')
+    message = (
+        '[cm]{"m": [{"content": ' + json.dumps(existing) + "}, "
+        '{"content": "Gift cards are redeemed with shop giftcard redeem CODE", "keywords": ["giftcard"]}]}[/cm]'
+    )
     assert hook_entry.run_stop(stop_payload(message)) == 0
     new = Memory.get(Memory.content == "Gift cards are redeemed with shop giftcard redeem CODE")
     expected = HashingEncoder().encode([embedding_text(new.content, list(new.keywords))])[0]

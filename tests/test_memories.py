@@ -35,10 +35,14 @@ def test_keywords_are_never_overwritten_by_a_merge():
 
 def test_source_ref_precedence_entry_over_call_over_null(tmp_path):
     path = tmp_path / "m.jsonl"
-    path.write_text("\n".join([
-        orjson.dumps({"content": "own ref", "source_ref": "gen-entry"}).decode(),
-        orjson.dumps({"content": "no ref of its own"}).decode(),
-    ]))
+    path.write_text(
+        "\n".join(
+            [
+                orjson.dumps({"content": "own ref", "source_ref": "gen-entry"}).decode(),
+                orjson.dumps({"content": "no ref of its own"}).decode(),
+            ]
+        )
+    )
     memories.import_jsonl(path, Settings(), source_ref="gen-call")
     refs = {m.content: m.source_ref for m in memories.list_memories(Settings())}
     assert refs == {"own ref": "gen-entry", "no ref of its own": "gen-call"}
@@ -97,13 +101,16 @@ def test_skip_invalid_reports_line_numbers(tmp_path):
     assert [n for n, _ in report.rejected] == [3, 5]
 
 
-@pytest.mark.parametrize("entry,message", [
-    ({"content": "  "}, "content is empty"),
-    ({"content": "x", "kind": "poem"}, "unknown kind"),
-    ({"content": "x", "keywords": [1]}, "keywords must be a list of strings"),
-    ({"content": "x", "colour": "red"}, "unknown field"),
-    ({"content": "x" * 5000}, "max 4000"),
-])
+@pytest.mark.parametrize(
+    "entry,message",
+    [
+        ({"content": "  "}, "content is empty"),
+        ({"content": "x", "kind": "poem"}, "unknown kind"),
+        ({"content": "x", "keywords": [1]}, "keywords must be a list of strings"),
+        ({"content": "x", "colour": "red"}, "unknown field"),
+        ({"content": "x" * 5000}, "max 4000"),
+    ],
+)
 def test_entry_validation(entry, message):
     with pytest.raises(InvalidInput, match=message):
         memories.validate_entry(entry)

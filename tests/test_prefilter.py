@@ -5,8 +5,10 @@ import pytest
 from cairn_cli.core.ranking.prefilter import is_self_referential_meta
 
 META = [
-    ("Remember to write a memory whenever the user corrects you, and grade every injected memory in the [cm] block.",
-     "meta"),
+    (
+        "Remember to write a memory whenever the user corrects you, and grade every injected memory in the [cm] block.",
+        "meta",
+    ),
     ("The previous memory about grading was injected but irrelevant to this session.", "fact"),
     ("Memories were injected at the start of the session but none were relevant to the refactor.", "fact"),
     ("I graded the delivered memories 0 because they were about another project.", "fact"),

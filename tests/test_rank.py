@@ -15,8 +15,16 @@ def _load(cli):
 
 def test_rank_prints_the_block_and_logs_full_provenance(cli):
     _load(cli)
-    result = cli("rank", "integration tests fail with connection refused on port 5433", "--scope", "webshop",
-                 "--session", "s1", "-k", "3")
+    result = cli(
+        "rank",
+        "integration tests fail with connection refused on port 5433",
+        "--scope",
+        "webshop",
+        "--session",
+        "s1",
+        "-k",
+        "3",
+    )
     assert result.exit_code == 0, result.output
     block = result.stdout
     assert block.startswith('<cairn-memories session="s1" turn="1"')
@@ -27,10 +35,19 @@ def test_rank_prints_the_block_and_logs_full_provenance(cli):
         c = row.score_components
         assert row.reranker_model == "none" and row.layer == "prompt" and row.scope == "webshop"
         assert row.ranker == "cairn" and len(row.context_key) == 16
-        assert set(c) >= {"similarity", "keywords", "keywords_bm25", "scope", "confidence", "recency",
-                          "composite", "reranker", "embed_model", "weights"}
-        assert c["weights"] == {"similarity": 0.5, "keywords": 0.15, "scope": 0.05, "confidence": 0.0,
-                                "recency": 0.0}
+        assert set(c) >= {
+            "similarity",
+            "keywords",
+            "keywords_bm25",
+            "scope",
+            "confidence",
+            "recency",
+            "composite",
+            "reranker",
+            "embed_model",
+            "weights",
+        }
+        assert c["weights"] == {"similarity": 0.5, "keywords": 0.15, "scope": 0.05, "confidence": 0.0, "recency": 0.0}
         assert c["embed_model"] == "hashing" and row.final_score == c["composite"]
         assert row.grade is None and row.engaged is None
     assert [r.final_score for r in rows] == sorted((r.final_score for r in rows), reverse=True)
@@ -56,8 +73,12 @@ def test_json_output_carries_components(cli):
 
 def test_superseded_memories_never_rank(cli):
     _load(cli)
-    assert cli("memory", "add", "Prices are kept as Decimal in euros, never as integer cents", "--scope",
-               "webshop").exit_code == 0
+    assert (
+        cli(
+            "memory", "add", "Prices are kept as Decimal in euros, never as integer cents", "--scope", "webshop"
+        ).exit_code
+        == 0
+    )
     assert cli("memory", "supersede", "2", "19").exit_code == 0
     data = orjson.loads(cli("rank", "integer cents prices checkout VAT", "--json", "-k", "20").stdout)
     assert 2 not in [m["id"] for m in data["memories"]] and 19 in [m["id"] for m in data["memories"]]
@@ -76,8 +97,16 @@ def test_prompt_from_stdin_and_prefilter_gate(cli, monkeypatch):
 def test_transcript_turns_join_the_context_window(cli, tmp_path):
     _load(cli)
     path = tmp_path / "t.jsonl"
-    path.write_text(orjson.dumps({"type": "user", "uuid": "u1", "message": {"role": "user",
-                                  "content": "we are working on the alembic migrations"}}).decode() + "\n")
+    path.write_text(
+        orjson.dumps(
+            {
+                "type": "user",
+                "uuid": "u1",
+                "message": {"role": "user", "content": "we are working on the alembic migrations"},
+            }
+        ).decode()
+        + "\n"
+    )
     data = orjson.loads(cli("rank", "what was the command again?", "--transcript", path, "--json").stdout)
     assert data["context_window"] == "what was the command again? user: we are working on the alembic migrations"
     assert data["memories"][0]["id"] == 3
@@ -85,14 +114,24 @@ def test_transcript_turns_join_the_context_window(cli, tmp_path):
 
 def test_log_delivery_records_an_external_ranking(cli):
     _load(cli)
-    payload = {"session_id": "ext", "turn": 4, "context_window": "some context", "reranker_model": "bm25",
-               "ranker": "my-ranker", "memories": [{"id": 1, "rank": 1, "score": 3.2, "score_components": {"bm25": 3.2}},
-                                                   {"id": 5, "rank": 2, "score": 1.0}]}
+    payload = {
+        "session_id": "ext",
+        "turn": 4,
+        "context_window": "some context",
+        "reranker_model": "bm25",
+        "ranker": "my-ranker",
+        "memories": [
+            {"id": 1, "rank": 1, "score": 3.2, "score_components": {"bm25": 3.2}},
+            {"id": 5, "rank": 2, "score": 1.0},
+        ],
+    }
     result = cli("log-delivery", "--json", input=orjson.dumps(payload).decode())
     assert result.exit_code == 0, result.output
     rows = deliveries.list_deliveries(Settings(), session_id="ext")
-    assert [(r.memory_id, r.rank, r.ranker, r.reranker_model, r.turn) for r in rows] == \
-        [(1, 1, "my-ranker", "bm25", 4), (5, 2, "my-ranker", "bm25", 4)]
+    assert [(r.memory_id, r.rank, r.ranker, r.reranker_model, r.turn) for r in rows] == [
+        (1, 1, "my-ranker", "bm25", 4),
+        (5, 2, "my-ranker", "bm25", 4),
+    ]
     assert rows[0].score_components == {"bm25": 3.2} and rows[0].layer == "external"
 
 
@@ -114,8 +153,21 @@ def test_past_the_commit_deadline_nothing_is_logged(cli):
 
 def test_log_delivery_with_flags(cli):
     _load(cli)
-    result = cli("log-delivery", "--session", "flags", "--turn", "2", "--context", "ctx", "--reranker-model", "bm25",
-                 "--memory", "3:2.5", "--memory", "1:0.5")
+    result = cli(
+        "log-delivery",
+        "--session",
+        "flags",
+        "--turn",
+        "2",
+        "--context",
+        "ctx",
+        "--reranker-model",
+        "bm25",
+        "--memory",
+        "3:2.5",
+        "--memory",
+        "1:0.5",
+    )
     assert result.exit_code == 0, result.output
     rows = deliveries.list_deliveries(Settings(), session_id="flags")
     assert [(r.memory_id, r.rank, r.final_score) for r in rows] == [(3, 1, 2.5), (1, 2, 0.5)]
@@ -138,23 +190,36 @@ def test_the_fallback_caps_its_candidates_to_the_newest(cli, monkeypatch):
 
 
 def test_a_warm_engine_refreshes_by_the_changed_rows_and_matches_a_fresh_one(cli):
-    from cairn_cli.core.store import memories
     from cairn_cli.core.ranking.pipeline import RankEngine, RankRequest, rank
+    from cairn_cli.core.store import memories
     from cairn_cli.ml.models import get_encoder
 
     _load(cli)
     s = Settings()
     warm = RankEngine(get_encoder("hashing"))
-    req = RankRequest(prompt="prices in cents for the checkout and VAT", session_id="w", scope="webshop", k=5,
-                      log=False)
+    req = RankRequest(
+        prompt="prices in cents for the checkout and VAT", session_id="w", scope="webshop", k=5, log=False
+    )
     rank(req, s, warm)
     table_before = warm.table(s).table
-    added = memories.add_memories([memories.validate_entry(
-        {"content": "VAT is 19% on the checkout total, rounded per line in cents", "scope": "webshop"})], s)[0]
+    added = memories.add_memories(
+        [
+            memories.validate_entry(
+                {"content": "VAT is 19% on the checkout total, rounded per line in cents", "scope": "webshop"}
+            )
+        ],
+        s,
+    )[0]
     memories.supersede(2, added.id, s)
     memories.record_evidence([6], s, corroborate=True)
-    memories.add_memories([memories.validate_entry({"content": "Save this as a memory: grade the injected "
-                                                               "memories in the [cm] block", "kind": "meta"})], s)
+    memories.add_memories(
+        [
+            memories.validate_entry(
+                {"content": "Save this as a memory: grade the injected memories in the [cm] block", "kind": "meta"}
+            )
+        ],
+        s,
+    )
     got = rank(req, s, warm)
     assert warm.table(s).table is table_before, "refreshed in place, not rebuilt"
     fresh = rank(req, s, RankEngine(get_encoder("hashing")))

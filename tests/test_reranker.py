@@ -7,10 +7,11 @@ import pytest
 
 from cairn_cli.config import Settings
 from cairn_cli.core.ranking import reranking
-from cairn_cli.core.store import state
 from cairn_cli.core.ranking.pipeline import RankEngine, RankRequest, rank, rerank_stage
 from cairn_cli.core.ranking.scoring import Candidate, Scored
+from cairn_cli.core.store import state
 from cairn_cli.ml.reranker import BGE, MSMARCO, DeviceFacts, resolve_reranker
+from tests.conftest import hf_cache
 
 GPU = DeviceFacts(cuda=True, vram_gb=8.0)
 SMALL_GPU = DeviceFacts(cuda=True, vram_gb=4.0)
@@ -25,9 +26,16 @@ def _model_dir(path):
 
 
 def _resolve(tmp_path, facts, have=(MSMARCO, BGE), student=None, **kw):
-    args = dict(enabled=True, student_path=student or tmp_path / "no-student", student_floor=-100.0,
-                bge_enabled=True, min_vram_gb=6.0, floors={MSMARCO: -3.0, BGE: 0.015}, facts=facts,
-                probe=lambda repo: (tmp_path / repo) if repo in have else None)
+    args = {
+        "enabled": True,
+        "student_path": student or tmp_path / "no-student",
+        "student_floor": -100.0,
+        "bge_enabled": True,
+        "min_vram_gb": 6.0,
+        "floors": {MSMARCO: -3.0, BGE: 0.015},
+        "facts": facts,
+        "probe": lambda repo: (tmp_path / repo) if repo in have else None,
+    }
     args.update(kw)
     return resolve_reranker(**args)
 
@@ -42,8 +50,8 @@ def test_student_overrides_everything_on_any_device(tmp_path):
 
 def test_each_student_version_is_its_own_model_with_its_own_calibrated_floor(tmp_path):
     from cairn_cli.config import Settings
-    from cairn_cli.core.store import state
     from cairn_cli.core.ranking.reranking import FLOOR_KEY, resolve
+    from cairn_cli.core.store import state
 
     versions = [_model_dir(tmp_path / "v1"), _model_dir(tmp_path / "v2")]
     link = tmp_path / "live"
@@ -95,7 +103,7 @@ def test_hub_cache_lookup_reads_refs_and_snapshots(tmp_path, monkeypatch):
     from cairn_cli.ml.reranker import local_model_path
 
     cache = tmp_path / "hub"
-    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    hf_cache(monkeypatch, cache)
     assert local_model_path(MSMARCO) is None
     snap = _model_dir(cache / "models--cross-encoder--ms-marco-MiniLM-L-6-v2" / "snapshots" / "abc123")
     (snap.parents[1] / "refs").mkdir()
@@ -117,8 +125,15 @@ class FakeReranker:
 
 
 def _scored(i, content, score):
-    cand = Candidate(id=i, content=content, keywords=[], scope="global", kind="fact", confidence=0.75,
-                     updated_at=dt.datetime(2026, 1, 1))
+    cand = Candidate(
+        id=i,
+        content=content,
+        keywords=[],
+        scope="global",
+        kind="fact",
+        confidence=0.75,
+        updated_at=dt.datetime(2026, 1, 1),
+    )
     return Scored(cand, score, {"composite": score})
 
 
@@ -135,9 +150,9 @@ def test_rerank_stage_floor_blend_and_provenance():
 
 
 def test_rank_with_a_reranker_logs_its_name_and_scores(cli):
-    from tests.conftest import EXAMPLES
     from cairn_cli.core.store import deliveries
     from cairn_cli.ml.models import get_encoder
+    from tests.conftest import EXAMPLES
 
     assert cli("memory", "import", EXAMPLES).exit_code == 0
     s = Settings()

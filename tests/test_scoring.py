@@ -11,8 +11,15 @@ NOW = dt.datetime(2026, 6, 1)
 
 
 def _cand(i, content, keywords=(), scope="global", confidence=0.75, age_days=0.0):
-    return Candidate(id=i, content=content, keywords=list(keywords), scope=scope, kind="fact",
-                     confidence=confidence, updated_at=NOW - dt.timedelta(days=age_days))
+    return Candidate(
+        id=i,
+        content=content,
+        keywords=list(keywords),
+        scope=scope,
+        kind="fact",
+        confidence=confidence,
+        updated_at=NOW - dt.timedelta(days=age_days),
+    )
 
 
 def _score(cands, query, sims=None, scope=None, **weights):
@@ -27,7 +34,7 @@ def test_zero_weighted_components_are_computed_and_recorded_but_weigh_nothing():
     scored = _score([a, b], "how to deploy", sims=[0.5, 0.5])
     comps = {s.candidate.id: s.components for s in scored}
     assert comps[1]["confidence"] == 0.2 and comps[2]["confidence"] == 0.99
-    assert comps[1]["recency"] == pytest.approx(0.5 ** 10, rel=1e-3) and comps[2]["recency"] == 1.0
+    assert comps[1]["recency"] == pytest.approx(0.5**10, rel=1e-3) and comps[2]["recency"] == 1.0
     for s in scored:
         c = s.components
         assert s.score == pytest.approx(0.5 * c["similarity"] + 0.15 * c["keywords"] + 0.05 * c["scope"])
@@ -41,16 +48,21 @@ def test_a_configured_weight_takes_effect():
 
 
 def test_keywords_component_is_bm25_max_normalised_and_counts_explicit_keywords():
-    cands = [_cand(1, "the server crashed", keywords=["segfault"]), _cand(2, "a segfault happened once in the nightly build"),
-             _cand(3, "unrelated note about lunch")]
+    cands = [
+        _cand(1, "the server crashed", keywords=["segfault"]),
+        _cand(2, "a segfault happened once in the nightly build"),
+        _cand(3, "unrelated note about lunch"),
+    ]
     scored = {s.candidate.id: s.components for s in _score(cands, "why the segfault?")}
     assert scored[1]["keywords"] == 1.0  # keyword field weight 2 beats one mention in content
     assert 0 < scored[2]["keywords"] < 1.0 and scored[3]["keywords"] == 0.0
 
 
 def test_scope_component():
-    scored = {s.candidate.id: s.components["scope"] for s in
-              _score([_cand(1, "x", scope="webshop"), _cand(2, "x", scope="global")], "x", scope="webshop")}
+    scored = {
+        s.candidate.id: s.components["scope"]
+        for s in _score([_cand(1, "x", scope="webshop"), _cand(2, "x", scope="global")], "x", scope="webshop")
+    }
     assert scored == {1: 1.0, 2: 0.0}
 
 
@@ -64,6 +76,7 @@ def test_similarity_is_clipped_and_missing_embedding_scores_zero():
 def test_bm25_matches_the_textbook_formula():
     index = LexicalIndex([["cat", "cat", "dog"], ["dog"], ["bird"]])
     import math
+
     idf = math.log(1 + (3 - 1 + 0.5) / (1 + 0.5))
     avgdl = 5 / 3
     tf, dl = 2, 3
@@ -81,8 +94,9 @@ def test_top_keeps_the_best_in_order():
     cands = [_cand(i, f"note {i}") for i in range(1, 30)]
     sims = [i / 100 for i in range(1, 30)]
     everything = _score(cands, "note", sims=sims)
-    top = ScoringTable(cands, 2).score("note", sims, scope=None, weights=Settings().weights(), half_life_days=30.0,
-                                       now=NOW, top=5)
+    top = ScoringTable(cands, 2).score(
+        "note", sims, scope=None, weights=Settings().weights(), half_life_days=30.0, now=NOW, top=5
+    )
     assert [s.candidate.id for s in top] == [s.candidate.id for s in everything[:5]] == [29, 28, 27, 26, 25]
 
 

@@ -12,11 +12,10 @@ from typer.testing import CliRunner
 from cairn_cli.cli import handle_errors
 from cairn_cli.commands import stats as stats_cmd
 from cairn_cli.config import Settings
-from cairn_cli.core.store import deliveries
-from cairn_cli.core.store import state
 from cairn_cli.core import stats
-from cairn_cli.core.store.memories import MemoryInput, add_memories
 from cairn_cli.core.ranking.reranking import FLOOR_KEY
+from cairn_cli.core.store import deliveries, state
+from cairn_cli.core.store.memories import MemoryInput, add_memories
 from cairn_cli.ml.reranker import MSMARCO
 
 JAN1, MAR1 = dt.datetime(2024, 1, 1, 12), dt.datetime(2024, 3, 1, 12)
@@ -30,10 +29,10 @@ ROWS = [
     ("m2", "s1", MSMARCO, JAN1, -1.0, 0, True, JAN2, False, "lexical", JAN2),
     ("m1", "s1", MSMARCO, JAN1, 0.0, 1, False, JAN2, True, "semantic", JAN3),
     ("m2", "s1", MSMARCO, JAN1, 0.2, 3, False, None, False, "semantic", JAN3),  # graded_at NULL: dated JAN1
-    ("m1", "s1", MSMARCO, JAN1, 0.3, None, None, None, True, None, None),         # decided, untagged
-    ("m2", "s1", MSMARCO, JAN1, 0.3, None, None, None, False, None, None),        # decided, untagged
-    ("m1", "s1", MSMARCO, JAN1, 0.3, None, None, None, None, None, None),         # undecided
-    ("m2", "s1", MSMARCO, JAN1, 0.3, None, None, None, None, None, None),         # undecided
+    ("m1", "s1", MSMARCO, JAN1, 0.3, None, None, None, True, None, None),  # decided, untagged
+    ("m2", "s1", MSMARCO, JAN1, 0.3, None, None, None, False, None, None),  # decided, untagged
+    ("m1", "s1", MSMARCO, JAN1, 0.3, None, None, None, None, None, None),  # undecided
+    ("m2", "s1", MSMARCO, JAN1, 0.3, None, None, None, None, None, None),  # undecided
     ("m3", "s2", MSMARCO, MAR1, 3.0, 3, False, None, True, "lexical", MAR2),
     ("m3", "s2", MSMARCO, MAR1, 0.4, 3, False, None, False, "lexical", MAR2),
     ("m3", "s2", MSMARCO, MAR1, -2.0, 0, False, None, False, "lexical", MAR2),
@@ -49,17 +48,40 @@ def log():
     from cairn_cli.db.tables import MemoryDelivery
 
     s = Settings()
-    entries = [MemoryInput(f"memory {name} about topic {name}", source_ref=ref, session_id=writer)
-               for name, (ref, writer) in MEMORIES.items()]
+    entries = [
+        MemoryInput(f"memory {name} about topic {name}", source_ref=ref, session_id=writer)
+        for name, (ref, writer) in MEMORIES.items()
+    ]
     ids = dict(zip(MEMORIES, (r.id for r in add_memories(entries, s, embed=lambda texts: None))))
     for turn, (mem, session, model, at, score, grade, hn, graded_at, engaged, method, engaged_at) in enumerate(ROWS):
-        [did] = deliveries.record([deliveries.DeliveryInput(
-            session_id=session, turn=turn, memory_id=ids[mem], context_window="ctx", context_key="k", rank=1,
-            final_score=0.5, score_components={"reranker_score": score}, reranker_model=model, layer="main",
-            scope="global")], s)
-        MemoryDelivery.update(delivered_at=at, grade=grade, hard_negative=hn, graded_at=graded_at, engaged=engaged,
-                              engaged_method=method, engaged_at=engaged_at,
-                              engaged_score=None if engaged is None else 0.5).where(MemoryDelivery.id == did).execute()
+        [did] = deliveries.record(
+            [
+                deliveries.DeliveryInput(
+                    session_id=session,
+                    turn=turn,
+                    memory_id=ids[mem],
+                    context_window="ctx",
+                    context_key="k",
+                    rank=1,
+                    final_score=0.5,
+                    score_components={"reranker_score": score},
+                    reranker_model=model,
+                    layer="main",
+                    scope="global",
+                )
+            ],
+            s,
+        )
+        MemoryDelivery.update(
+            delivered_at=at,
+            grade=grade,
+            hard_negative=hn,
+            graded_at=graded_at,
+            engaged=engaged,
+            engaged_method=method,
+            engaged_at=engaged_at,
+            engaged_score=None if engaged is None else 0.5,
+        ).where(MemoryDelivery.id == did).execute()
     return s
 
 
@@ -86,8 +108,11 @@ def test_wilson_matches_a_hand_computed_interval():
 
 def test_delivery_stats_per_version_and_model(log):
     groups = stats.delivery_stats(log)
-    assert [(g.version, g.reranker_model) for g in groups] == [("(none)", "bm25"), ("gen-1", MSMARCO),
-                                                               ("gen-2", MSMARCO)]
+    assert [(g.version, g.reranker_model) for g in groups] == [
+        ("(none)", "bm25"),
+        ("gen-1", MSMARCO),
+        ("gen-2", MSMARCO),
+    ]
     g1, g2, none = by_key(groups)[("gen-1", MSMARCO)], by_key(groups)[("gen-2", MSMARCO)], groups[0]
     assert (g1.deliveries, g1.sessions, g1.graded, g1.graded_share, g1.mean_grade) == (10, 1, 6, 0.6, 2.0)
     assert g1.grade_hist == {0: 1, 1: 1, 2: 1, 3: 3} and g1.hard_negatives == 1
@@ -115,12 +140,15 @@ def test_since_and_session_filters(log):
     assert [g.deliveries for g in stats.delivery_stats(log, session="s1")] == [10]
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("2024-02-01", dt.datetime(2024, 2, 1)),
-    ("2024-02-01T12:30", dt.datetime(2024, 2, 1, 12, 30)),
-    ("2024-02-01T00:00+02:00", dt.datetime(2024, 1, 31, 22)),  # aware: converted to naive UTC
-    (None, None),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("2024-02-01", dt.datetime(2024, 2, 1)),
+        ("2024-02-01T12:30", dt.datetime(2024, 2, 1, 12, 30)),
+        ("2024-02-01T00:00+02:00", dt.datetime(2024, 1, 31, 22)),  # aware: converted to naive UTC
+        (None, None),
+    ],
+)
 def test_parse_since(text, expected):
     assert stats.parse_since(text) == expected
 
@@ -128,36 +156,73 @@ def test_parse_since(text, expected):
 def test_label_volume_per_day_and_source(log):
     rows = stats.label_volume(log)
     assert rows == [
-        {"period": "2024-01-01", "grades": 1, "engagement_lexical": 0, "engagement_semantic": 0,
-         "engagement_untagged": 2},  # graded_at / engaged_at NULL: dated by the delivery
-        {"period": "2024-01-02", "grades": 5, "engagement_lexical": 4, "engagement_semantic": 0,
-         "engagement_untagged": 0},
-        {"period": "2024-01-03", "grades": 0, "engagement_lexical": 0, "engagement_semantic": 2,
-         "engagement_untagged": 0},
-        {"period": "2024-03-01", "grades": 4, "engagement_lexical": 0, "engagement_semantic": 0,
-         "engagement_untagged": 0},
-        {"period": "2024-03-02", "grades": 0, "engagement_lexical": 3, "engagement_semantic": 0,
-         "engagement_untagged": 0},
+        {
+            "period": "2024-01-01",
+            "grades": 1,
+            "engagement_lexical": 0,
+            "engagement_semantic": 0,
+            "engagement_untagged": 2,
+        },  # graded_at / engaged_at NULL: dated by the delivery
+        {
+            "period": "2024-01-02",
+            "grades": 5,
+            "engagement_lexical": 4,
+            "engagement_semantic": 0,
+            "engagement_untagged": 0,
+        },
+        {
+            "period": "2024-01-03",
+            "grades": 0,
+            "engagement_lexical": 0,
+            "engagement_semantic": 2,
+            "engagement_untagged": 0,
+        },
+        {
+            "period": "2024-03-01",
+            "grades": 4,
+            "engagement_lexical": 0,
+            "engagement_semantic": 0,
+            "engagement_untagged": 0,
+        },
+        {
+            "period": "2024-03-02",
+            "grades": 0,
+            "engagement_lexical": 3,
+            "engagement_semantic": 0,
+            "engagement_untagged": 0,
+        },
     ]
-    assert [r["period"] for r in stats.label_volume(log, since=dt.datetime(2024, 1, 2))][0] == "2024-01-02"
+    assert stats.label_volume(log, since=dt.datetime(2024, 1, 2))[0]["period"] == "2024-01-02"
     assert [(r["period"], r["grades"]) for r in stats.label_volume(log, session="s2")] == [
-        ("2024-03-01", 4), ("2024-03-02", 0)]
+        ("2024-03-01", 4),
+        ("2024-03-02", 0),
+    ]
     assert [(r["period"], r["grades"]) for r in stats.label_volume(log, bucket="month")] == [
-        ("2024-01", 6), ("2024-03", 4)]
+        ("2024-01", 6),
+        ("2024-03", 4),
+    ]
 
 
 def test_floor_stats_share_of_grade3_under_the_current_floor(log):
     configured = {r.model: r for r in stats.floor_stats(log)}
     assert configured[MSMARCO].floor == -3.0 and configured[MSMARCO].grade3_under == 0
     assert not configured[MSMARCO].alarm
-    assert (configured["bm25"].floor, configured["bm25"].grade3, configured["bm25"].grade3_under,
-            configured["bm25"].share_under) == (None, 1, 0, 0.0)  # no floor: nothing under it
+    assert (
+        configured["bm25"].floor,
+        configured["bm25"].grade3,
+        configured["bm25"].grade3_under,
+        configured["bm25"].share_under,
+    ) == (None, 1, 0, 0.0)  # no floor: nothing under it
 
     state.put(FLOOR_KEY.format(MSMARCO), 0.5, log, by="test", reason="a floor that drops load-bearing memories")
     [bm25, ms] = stats.floor_stats(log)
     assert (ms.floor, ms.grade3, ms.grade3_under, ms.share_under, ms.alarm) == (0.5, 5, 2, 0.4, True)
-    assert ms.by_grade == {0: {"n": 2, "under": 2}, 1: {"n": 1, "under": 1}, 2: {"n": 1, "under": 1},
-                           3: {"n": 5, "under": 2}}
+    assert ms.by_grade == {
+        0: {"n": 2, "under": 2},
+        1: {"n": 1, "under": 1},
+        2: {"n": 1, "under": 1},
+        3: {"n": 5, "under": 2},
+    }
     assert not bm25.alarm
     assert stats.floor_stats(log, session="s2")[1].grade3_under == 1  # only 0.4 of (3.0, 0.4) in s2
 
@@ -165,8 +230,12 @@ def test_floor_stats_share_of_grade3_under_the_current_floor(log):
 def test_arm_engagement_by_writing_version_and_method(log):
     rows = stats.arm_engagement(log, version_arms={"gen-1": "A", "gen-2": "B"})
     got = {(r.arm, r.version, r.method): r for r in rows}
-    assert list(got) == [("A", "gen-1", "lexical"), ("A", "gen-1", "semantic"), ("A", "gen-1", "untagged"),
-                         ("B", "gen-2", "lexical")]
+    assert list(got) == [
+        ("A", "gen-1", "lexical"),
+        ("A", "gen-1", "semantic"),
+        ("A", "gen-1", "untagged"),
+        ("B", "gen-2", "lexical"),
+    ]
     lex = got[("A", "gen-1", "lexical")]
     assert (lex.n, lex.engaged, lex.rate, lex.sessions, lex.session_rate) == (4, 3, 0.75, 2, 0.75)  # w1 2/2, w2 1/2
     untagged = got[("A", "gen-1", "untagged")]

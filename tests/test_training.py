@@ -19,15 +19,29 @@ import pytest
 
 from cairn_cli import config
 from cairn_cli.config import Settings
-from cairn_cli.core.store import deliveries
-from cairn_cli.core.store import state
 from cairn_cli.core.learning import training
 from cairn_cli.core.learning.training import LabelRow, agreement, gate, make_pairs, split_by_query
+from cairn_cli.core.store import deliveries, state
 from tests.conftest import ROOT
 
-TOPICS = ["postgres port", "redis cache", "docker volume", "nginx proxy", "pytest fixture", "alembic migration",
-          "celery worker", "vite build", "stripe webhook", "s3 bucket", "jwt token", "cron schedule",
-          "kafka topic", "grpc service", "terraform state", "helm chart"]
+TOPICS = [
+    "postgres port",
+    "redis cache",
+    "docker volume",
+    "nginx proxy",
+    "pytest fixture",
+    "alembic migration",
+    "celery worker",
+    "vite build",
+    "stripe webhook",
+    "s3 bucket",
+    "jwt token",
+    "cron schedule",
+    "kafka topic",
+    "grpc service",
+    "terraform state",
+    "helm chart",
+]
 
 
 def synthetic_rows() -> list[LabelRow]:
@@ -35,11 +49,23 @@ def synthetic_rows() -> list[LabelRow]:
     rng, out = random.Random(0), []
     for i, topic in enumerate(TOPICS):
         q, word = f"how do I fix the {topic} problem in the webshop?", topic.split()[0]
-        out.append(LabelRow(q, f"The {topic} needs the setting from config/{word}.toml; restart after it.", 3, query_key=f"q{i}"))
-        out.append(LabelRow(q, f"Known issue with the {topic}: check the logs under /var/log/{word}.", 2, query_key=f"q{i}"))
+        out.append(
+            LabelRow(
+                q, f"The {topic} needs the setting from config/{word}.toml; restart after it.", 3, query_key=f"q{i}"
+            )
+        )
+        out.append(
+            LabelRow(q, f"Known issue with the {topic}: check the logs under /var/log/{word}.", 2, query_key=f"q{i}")
+        )
         for other in rng.sample([t for t in TOPICS if t != topic], 3):
-            out.append(LabelRow(q, f"The {other} needs the setting from config/{other.split()[0]}.toml; restart "
-                                   "after it.", 0, query_key=f"q{i}"))
+            out.append(
+                LabelRow(
+                    q,
+                    f"The {other} needs the setting from config/{other.split()[0]}.toml; restart after it.",
+                    0,
+                    query_key=f"q{i}",
+                )
+            )
     return out
 
 
@@ -79,15 +105,23 @@ def test_agreement_and_the_gate():
     assert not gate(float("nan"), 0.5, 0.0)[0]
 
 
-def _graded_delivery(memory_id: int, session: str, turn: int, window: str, grade=None, engaged=None, score=None,
-                     method=None):
+def _graded_delivery(
+    memory_id: int, session: str, turn: int, window: str, grade=None, engaged=None, score=None, method=None
+):
     from cairn_cli.core.ranking.context import context_key
     from cairn_cli.db.tables import MemoryDelivery
 
-    [did] = deliveries.record([deliveries.DeliveryInput(session, turn, memory_id, window, context_key(window), 1, 0.5,
-                                                        {}, "none", "prompt", "global")], Settings())
+    [did] = deliveries.record(
+        [
+            deliveries.DeliveryInput(
+                session, turn, memory_id, window, context_key(window), 1, 0.5, {}, "none", "prompt", "global"
+            )
+        ],
+        Settings(),
+    )
     MemoryDelivery.update(grade=grade, engaged=engaged, engaged_score=score, engaged_method=method).where(
-        MemoryDelivery.id == did).execute()
+        MemoryDelivery.id == did
+    ).execute()
     return did
 
 
@@ -120,8 +154,22 @@ def _student_dir() -> Path:
 
 
 def test_the_gate_refuses_a_student_that_does_not_beat_the_composite(cli, silver):
-    out = cli("train-reranker", "--data", silver, "--epochs", "1", "--max-length", "64", "--batch-size", "16",
-              "--holdout", "0.25", "--seed", "1", "--json")
+    out = cli(
+        "train-reranker",
+        "--data",
+        silver,
+        "--epochs",
+        "1",
+        "--max-length",
+        "64",
+        "--batch-size",
+        "16",
+        "--holdout",
+        "0.25",
+        "--seed",
+        "1",
+        "--json",
+    )
     assert out.exit_code == 0, out.output
     report = orjson.loads(out.stdout)
     assert report["incumbent"] == "composite" and report["incumbent_agreement"] >= 0.95
@@ -137,8 +185,24 @@ def test_a_student_that_beats_the_live_one_is_deployed_atomically_and_can_be_rol
 
     CrossEncoderModel(bundled_base(), max_length=64).save(_student_dir())  # the live student: an untrained head
     assert resolve(Settings()).role == "student"
-    out = cli("train-reranker", "--data", silver, "--base", "bundled", "--epochs", "2", "--lr", "1e-4",
-              "--max-length", "64", "--holdout", "0.25", "--seed", "1", "--json")
+    out = cli(
+        "train-reranker",
+        "--data",
+        silver,
+        "--base",
+        "bundled",
+        "--epochs",
+        "2",
+        "--lr",
+        "1e-4",
+        "--max-length",
+        "64",
+        "--holdout",
+        "0.25",
+        "--seed",
+        "1",
+        "--json",
+    )
     assert out.exit_code == 0, out.output
     report = orjson.loads(out.stdout)
     assert report["incumbent"].startswith("student:") and report["outcome"] == "deployed", report
@@ -161,16 +225,19 @@ def test_a_run_killed_while_saving_leaves_the_live_student_untouched(tmp_path, c
     old = training.new_version_dir(_student_dir())
     CrossEncoderModel(bundled_base(), max_length=64).save(old)
     training.deploy(old, _student_dir())
-    code = ("import sys, time\nfrom pathlib import Path\nfrom cairn_cli.core.learning import training\n"
-            "from cairn_cli.ml.training import CrossEncoderModel, bundled_base\n"
-            "m = CrossEncoderModel(bundled_base(), max_length=64)\n"
-            "live = Path(sys.argv[1])\nversion = training.new_version_dir(live)\n"
-            "m.tokenizer.save_pretrained(str(version))\n"  # half written ...
-            "print('saving', flush=True)\ntime.sleep(60)\n"  # ... and killed here
-            "m.save(version)\ntraining.deploy(version, live)\n")
+    code = (
+        "import sys, time\nfrom pathlib import Path\nfrom cairn_cli.core.learning import training\n"
+        "from cairn_cli.ml.training import CrossEncoderModel, bundled_base\n"
+        "m = CrossEncoderModel(bundled_base(), max_length=64)\n"
+        "live = Path(sys.argv[1])\nversion = training.new_version_dir(live)\n"
+        "m.tokenizer.save_pretrained(str(version))\n"  # half written ...
+        "print('saving', flush=True)\ntime.sleep(60)\n"  # ... and killed here
+        "m.save(version)\ntraining.deploy(version, live)\n"
+    )
     env = {**os.environ, "CAIRN_HOME": str(cairn_home)}
-    proc = subprocess.Popen([sys.executable, "-c", code, str(_student_dir())], stdout=subprocess.PIPE, text=True,
-                            env=env, cwd=ROOT)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(_student_dir())], stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT
+    )
     assert proc.stdout.readline().strip() == "saving"
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
@@ -196,12 +263,15 @@ def test_auto_retrains_only_after_enough_new_labels_and_changes_nothing_otherwis
     assert out.exit_code == 2 and "not enough labels" in out.output
 
 
-@pytest.mark.parametrize("args, code, message", [
-    (["--data", "/no/such.jsonl"], 1, "no training data at /no/such.jsonl"),
-    (["--data", "{bad}"], 2, "grade must be an integer 0-3"),
-    (["--rollback"], 1, "no previous student"),
-    (["--min-gap", "7"], 2, "less than or equal to 3"),
-])
+@pytest.mark.parametrize(
+    "args, code, message",
+    [
+        (["--data", "/no/such.jsonl"], 1, "no training data at /no/such.jsonl"),
+        (["--data", "{bad}"], 2, "grade must be an integer 0-3"),
+        (["--rollback"], 1, "no previous student"),
+        (["--min-gap", "7"], 2, "less than or equal to 3"),
+    ],
+)
 def test_train_reranker_bad_input(cli, tmp_path, args, code, message):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"query": "q", "memory": "m", "grade": 9}\n')
@@ -211,8 +281,22 @@ def test_train_reranker_bad_input(cli, tmp_path, args, code, message):
 
 
 def test_a_shallower_student_keeps_the_first_layers_and_loads_in_the_daemons_reranker(cli, silver):
-    out = cli("train-reranker", "--data", silver, "--base", "bundled", "--layers", "2", "--epochs", "1",
-              "--max-length", "64", "--deploy-margin", "-1", "--json")
+    out = cli(
+        "train-reranker",
+        "--data",
+        silver,
+        "--base",
+        "bundled",
+        "--layers",
+        "2",
+        "--epochs",
+        "1",
+        "--max-length",
+        "64",
+        "--deploy-margin",
+        "-1",
+        "--json",
+    )
     assert out.exit_code == 0, out.output
     report = orjson.loads(out.stdout)
     assert report["outcome"] == "deployed" and report["layers"] == 2

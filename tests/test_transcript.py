@@ -150,7 +150,9 @@ def test_split_reply_joins_text_blocks_in_order(tmp_path):
     )
     transcript = read_transcript(path)
     assert [(m.kind, m.text) for m in transcript.messages] == [
-        ("prompt", "hello"), ("response", "first\nsecond"), ("tool_result", "")
+        ("prompt", "hello"),
+        ("response", "first\nsecond"),
+        ("tool_result", ""),
     ]
     assert transcript.messages[1].uuid == "a1"
 
@@ -171,19 +173,26 @@ def test_list_prompt_and_interruption_marker(tmp_path):
 def test_malformed_lines_are_reported_and_skipped(tmp_path):
     path = tmp_path / "t.jsonl"
     path.write_bytes(
-        _prompt("u1", "one") + b'{"type": "user", "mess\n' + b"\n" + b"[1, 2]\n"
-        + _line(type="user", uuid="u9") + _line(type="progress", data={}) + _prompt("u2", "two")
+        _prompt("u1", "one")
+        + b'{"type": "user", "mess\n'
+        + b"\n"
+        + b"[1, 2]\n"
+        + _line(type="user", uuid="u9")
+        + _line(type="progress", data={})
+        + _prompt("u2", "two")
     )
     transcript = read_transcript(path)
     assert transcript.errors == [
-        "line 2: not valid JSON", "line 4: not a JSON object", "line 5: user line without message content"
+        "line 2: not valid JSON",
+        "line 4: not a JSON object",
+        "line 5: user line without message content",
     ]
     assert [p.text for p in transcript.typed_prompts()] == ["one", "two"]
 
 
 def test_non_utf8_bytes_are_replaced(tmp_path):
     path = tmp_path / "t.jsonl"
-    path.write_bytes(_prompt("u1", "caf\u00e9").replace("\\u00e9".encode(), b"\xe9") + _prompt("u2", "next"))
+    path.write_bytes(_prompt("u1", "caf\u00e9").replace(b"\\u00e9", b"\xe9") + _prompt("u2", "next"))
     transcript = read_transcript(path)
     assert transcript.errors == []
     assert [p.text for p in transcript.typed_prompts()] == ["caf\ufffd", "next"]

@@ -1,10 +1,20 @@
-"""What every command shares: the global database flags, turned into Settings."""
+"""What every command shares: the global database flags turned into Settings, the stores opened once, the
+options every reporting command takes, and reading the agent's response."""
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
 
 from cairn_cli.config import Settings
 
 _globals: dict[str, str | None] = {}
+
+Json = Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")]
+DryRun = Annotated[bool, typer.Option("--dry-run", help="Show what it would do; change nothing.")]
+ResponseFile = Annotated[Path | None, typer.Option("--file", help="Read the response from this file.")]
 
 
 def set_globals(**values: str | None) -> None:
@@ -19,9 +29,17 @@ def settings(**overrides) -> Settings:
     return Settings(**{**_globals, **{k: v for k, v in overrides.items() if v is not None}})
 
 
+def store(*, read_only: bool = False, **overrides) -> Settings:
+    """The settings, with the memory store and the delivery log opened once for this command. `read_only`: a
+    store that does not exist is an error naming it (a command that only reads never creates one)."""
+    from cairn_cli.core.store import open_stores
+
+    s = settings(**overrides)
+    open_stores(s, create=not read_only)
+    return s
 
 
-def read_response(response: str | None, file) -> str:
+def read_response(response: str | None, file: Path | None) -> str:
     """The agent's response: `--file PATH`, else the argument, else stdin (bytes that are not UTF-8 replaced)."""
     from cairn_cli.errors import NotFound
     from cairn_cli.hotpath import read_text_arg

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from cairn_cli import output
-from cairn_cli.commands._common import settings
-
-Json = Annotated[bool, typer.Option("--json", help="Print JSON.")]
-DryRun = Annotated[bool, typer.Option("--dry-run", help="Show what it would do; change nothing.")]
+from cairn_cli.commands._common import DryRun, Json, store
 
 
 def assign(
     session: Annotated[str, typer.Option(help="The session of the prompt.")] = ...,
-    turn: Annotated[Optional[int], typer.Option(min=0, help="The turn (default: the session's next).")] = None,
+    turn: Annotated[int | None, typer.Option(min=0, help="The turn (default: the session's next).")] = None,
     subagent: Annotated[bool, typer.Option("--subagent", help="A subagent's prompt: no arm.")] = False,
     json: Json = False,
 ) -> None:
@@ -24,18 +21,11 @@ def assign(
     Example: cairn ab assign --session s1 --json
     """
     from cairn_cli.core.experiment import ab
-    from cairn_cli.core.store import deliveries
-    from cairn_cli.core.store import hookstate
-    from cairn_cli.db.tables import ephemeral_proxy
 
-    s = settings()
-    turn = deliveries.next_turn(session, s) if turn is None else turn
-    arm, version, instruction = ab.assign(session, turn, is_subagent=subagent, settings=s)
-    with ephemeral_proxy.atomic():
-        hookstate.record_turn(session, turn, context_key="", hook={"arm": arm, "is_subagent": subagent,
-                                                                   "source_ref": version})
-    result = {"session_id": session, "turn": turn, "arm": arm, "version": version, "b_instruction": instruction}
-    output.json_out(result) if json else output.text_out(f"turn {turn}: arm {arm or '-'} ({version})")
+    result = ab.assign_turn(session, turn, is_subagent=subagent, settings=store())
+    output.json_out(result) if json else output.text_out(
+        f"turn {result['turn']}: arm {result['arm'] or '-'} ({result['version']})"
+    )
 
 
 def status(json: Json = False) -> None:
@@ -46,24 +36,47 @@ def status(json: Json = False) -> None:
     """
     from cairn_cli.core.experiment import ab
 
-    s = settings()
+    s = store(read_only=True)
     current = ab.arms(s)
     decision = ab.evaluate(s)
     if json:
-        output.json_out({"enabled": s.AB_TEST_ENABLED, "versions": current.versions,
-                         "b_instruction": current.b_instruction, "queue": current.queue, "decision": decision.as_dict()})
+        output.json_out(
+            {
+                "enabled": s.AB_TEST_ENABLED,
+                "versions": current.versions,
+                "b_instruction": current.b_instruction,
+                "queue": current.queue,
+                "decision": decision.as_dict(),
+            }
+        )
         return
-    output.key_values({"enabled": s.AB_TEST_ENABLED, "arm A (live rules)": current.versions.get("A"),
-                       "arm B": current.versions.get("B") or "-", "B's instruction": current.b_instruction or "-",
-                       "queue": "; ".join(current.queue) or "-"}, title="write-side A/B")
+    output.key_values(
+        {
+            "enabled": s.AB_TEST_ENABLED,
+            "arm A (live rules)": current.versions.get("A"),
+            "arm B": current.versions.get("B") or "-",
+            "B's instruction": current.b_instruction or "-",
+            "queue": "; ".join(current.queue) or "-",
+        },
+        title="write-side A/B",
+    )
     rows = []
     for arm in decision.arms or []:
-        row = {"arm": arm["arm"], "version": arm["version"], "memories": arm["memories"], "sessions": arm["sessions"],
-               "delivered later": f"{arm['memories_delivered']} ({arm['deliveries']} deliveries)",
-               "graded": arm["graded"], "mean grade": arm["mean_grade"], "untagged": arm["untagged"]}
+        row = {
+            "arm": arm["arm"],
+            "version": arm["version"],
+            "memories": arm["memories"],
+            "sessions": arm["sessions"],
+            "delivered later": f"{arm['memories_delivered']} ({arm['deliveries']} deliveries)",
+            "graded": arm["graded"],
+            "mean grade": arm["mean_grade"],
+            "untagged": arm["untagged"],
+        }
         for method in ("lexical", "semantic"):
             e = arm["engagement"].get(method)
-            row[f"{method} engaged"] = "-" if not e else f"{e['rate']:.2f} [{e['ci'][0]:.2f}, {e['ci'][1]:.2f}] n={e['n']}"
+            row[f"{method} engaged"] = (
+                "-" if not e else f"{e['rate']:.2f} [{e['ci'][0]:.2f}, {e['ci'][1]:.2f}] n={e['n']}"
+            )
         rows.append(row)
     if rows:
         output.table(rows, list(rows[0]), title="downstream quality of each arm's memories")
@@ -73,7 +86,7 @@ def status(json: Json = False) -> None:
 def _decide(dry_run: bool, json: bool, by: str) -> None:
     from cairn_cli.core.experiment import ab
 
-    s = settings()
+    s = store()
     with ab.selfmod_lock() as locked:
         if not locked:
             output.message("another `cairn ab` promotion holds the lock; nothing done")
@@ -118,16 +131,19 @@ def queue_add(
     """
     from cairn_cli.core.experiment import ab
 
-    queue = ab.queue_add(instruction, settings())
-    current = ab.arms(settings())
-    output.json_out({"queue": queue, "b_instruction": current.b_instruction}) if json else \
-        output.message(f"queue: {len(queue)} candidate(s); arm B: {current.b_instruction}")
+    s = store()
+    queue = ab.queue_add(instruction, s)
+    current = ab.arms(s)
+    output.json_out({"queue": queue, "b_instruction": current.b_instruction}) if json else output.message(
+        f"queue: {len(queue)} candidate(s); arm B: {current.b_instruction}"
+    )
 
 
 def queue_list(json: Json = False) -> None:
     """List the queued candidate instructions. Example: cairn ab queue list"""
     from cairn_cli.core.experiment import ab
 
-    queue = ab.arms(settings()).queue
-    output.json_out(queue) if json else output.table([{"#": i + 1, "instruction": q} for i, q in enumerate(queue)],
-                                                     ["#", "instruction"], title="A/B candidate queue")
+    queue = ab.arms(store(read_only=True)).queue
+    output.json_out(queue) if json else output.table(
+        [{"#": i + 1, "instruction": q} for i, q in enumerate(queue)], ["#", "instruction"], title="A/B candidate queue"
+    )

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from cairn_cli import output
-from cairn_cli.commands._common import settings
+from cairn_cli.commands._common import Json, store
 
 
 class Target(str, Enum):
@@ -18,20 +18,29 @@ class Target(str, Enum):
 
 
 def calibrate_floor(
-    target: Annotated[Target, typer.Option(
-        help="reranker: the floor of one model's reranker_score; engagement: the semantic cosine threshold.")
+    target: Annotated[
+        Target,
+        typer.Option(
+            help="reranker: the floor of one model's reranker_score; engagement: the semantic cosine threshold."
+        ),
     ] = Target.reranker,
-    model: Annotated[Optional[str], typer.Option(
-        help="The reranker_model of the graded deliveries (default: the live reranker).")] = None,
-    keep: Annotated[float, typer.Option(min=0.5, max=1.0, help="Share of grade-3 memories the floor must keep.")
-                    ] = 0.95,
-    min_grade3: Annotated[int, typer.Option(
-        "--min-grade3", min=1, help="Refuse to calibrate on fewer grade-3 deliveries than this.")] = 20,
-    apply: Annotated[bool, typer.Option("--apply", help="Write the proposal to machine state (audited).")] = False,
-    plot: Annotated[Optional[Path], typer.Option(
-        "--plot", dir_okay=False, help="Write score histograms per grade, both thresholds marked, to this PNG.")
+    model: Annotated[
+        str | None, typer.Option(help="The reranker_model of the graded deliveries (default: the live reranker).")
     ] = None,
-    json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    keep: Annotated[
+        float, typer.Option(min=0.5, max=1.0, help="Share of grade-3 memories the floor must keep.")
+    ] = 0.95,
+    min_grade3: Annotated[
+        int, typer.Option("--min-grade3", min=1, help="Refuse to calibrate on fewer grade-3 deliveries than this.")
+    ] = 20,
+    apply: Annotated[bool, typer.Option("--apply", help="Write the proposal to machine state (audited).")] = False,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot", dir_okay=False, help="Write score histograms per grade, both thresholds marked, to this PNG."
+        ),
+    ] = None,
+    json: Json = False,
 ) -> None:
     """Propose the threshold that keeps --keep of grade-3 memories and drops the most grade-0; --apply sets it.
 
@@ -39,7 +48,7 @@ def calibrate_floor(
     """
     from cairn_cli.core.learning import calibration
 
-    s = settings()
+    s = store(read_only=not apply)
     report = calibration.calibrate(s, target=target.value, model=model, keep=keep, min_grade3=min_grade3)
     if plot is not None:
         calibration.plot(report, plot)
@@ -47,23 +56,36 @@ def calibrate_floor(
     if json:
         output.json_out({**report.as_dict(), "applied": changed, "plot": str(plot) if plot else None})
         return
-    output.table([_row(g, report) for g in sorted(report.now, reverse=True)],
-                 ["grade", "n", "dropped now", "share now", "dropped proposed", "share proposed"],
-                 title=f"{report.key}: keep {report.keep:.0%} of grade 3")
+    output.table(
+        [_row(g, report) for g in sorted(report.now, reverse=True)],
+        ["grade", "n", "dropped now", "share now", "dropped proposed", "share proposed"],
+        title=f"{report.key}: keep {report.keep:.0%} of grade 3",
+    )
     current = "none" if report.current is None else f"{report.current:.6g}"
     output.message(f"{report.key}: current {current} -> proposed {report.proposal:.6g}")
     for note in report.notes:
         output.message(note)
     if plot is not None:
         output.message(f"plot written to {plot}")
-    output.message("dry run: pass --apply to write it" if changed is None else
-                   f"applied to machine state {report.key}" if changed else f"unchanged: {report.key} already set")
+    output.message(
+        "dry run: pass --apply to write it"
+        if changed is None
+        else f"applied to machine state {report.key}"
+        if changed
+        else f"unchanged: {report.key} already set"
+    )
 
 
 def _row(grade: int, report) -> dict:
     now, new = report.now[grade], report.proposed[grade]
-    return {"grade": grade, "n": now["n"], "dropped now": now["dropped"], "share now": _pct(now["share"]),
-            "dropped proposed": new["dropped"], "share proposed": _pct(new["share"])}
+    return {
+        "grade": grade,
+        "n": now["n"],
+        "dropped now": now["dropped"],
+        "share now": _pct(now["share"]),
+        "dropped proposed": new["dropped"],
+        "share proposed": _pct(new["share"]),
+    }
 
 
 def _pct(share: float | None) -> str:

@@ -7,8 +7,7 @@ from typing import Annotated
 import typer
 
 from cairn_cli import output
-
-Json = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
+from cairn_cli.commands._common import Json
 
 EXIT_BY_STATE = {"running": 0, "loading": 0, "stopped": 3, "stale": 3, "hung": 4, "failed": 1}
 
@@ -17,7 +16,9 @@ def _show(st, json: bool) -> None:
     if json:
         output.json_out({**st.health, "state": st.state, "pid": st.pid, "detail": st.detail})
     else:
-        output.text_out(f"{st.state}" + (f" (pid {st.pid})" if st.pid else "") + (f": {st.detail}" if st.detail else ""))
+        output.text_out(
+            f"{st.state}" + (f" (pid {st.pid})" if st.pid else "") + (f": {st.detail}" if st.detail else "")
+        )
         for w in st.health.get("warnings", []):
             output.message(f"warning: {w}")
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from cairn_cli import output
-from cairn_cli.commands._common import settings
+from cairn_cli.commands._common import Json, store
 from cairn_cli.hotpath import read_text_arg
 
 LOG_DELIVERY_HELP = """Record deliveries made by another ranker (JSON object on stdin or as the argument).
@@ -23,16 +23,17 @@ Example: echo '{"session_id":"s1","turn":1,...}' | cairn log-delivery
 
 
 def log_delivery(
-    payload: Annotated[Optional[str], typer.Argument(help="The JSON record; '-' or omitted reads stdin.")] = None,
-    session: Annotated[Optional[str], typer.Option(help="With flags instead of JSON: the session id.")] = None,
-    turn: Annotated[Optional[int], typer.Option(help="With flags: the turn.")] = None,
-    context: Annotated[Optional[str], typer.Option(help="With flags: the context window the ranking used.")] = None,
-    reranker_model: Annotated[Optional[str], typer.Option("--reranker-model", help="With flags: the model.")] = None,
-    memory: Annotated[Optional[list[str]], typer.Option(
-        "--memory", help="With flags: ID:SCORE, repeated, best first (rank = order).")] = None,
-    layer: Annotated[Optional[str], typer.Option(help="With flags: the injection layer.")] = None,
-    scope: Annotated[Optional[str], typer.Option(help="With flags: the scope.")] = None,
-    json: Annotated[bool, typer.Option("--json", help="Print the new delivery ids as JSON.")] = False,
+    payload: Annotated[str | None, typer.Argument(help="The JSON record; '-' or omitted reads stdin.")] = None,
+    session: Annotated[str | None, typer.Option(help="With flags instead of JSON: the session id.")] = None,
+    turn: Annotated[int | None, typer.Option(help="With flags: the turn.")] = None,
+    context: Annotated[str | None, typer.Option(help="With flags: the context window the ranking used.")] = None,
+    reranker_model: Annotated[str | None, typer.Option("--reranker-model", help="With flags: the model.")] = None,
+    memory: Annotated[
+        list[str] | None, typer.Option("--memory", help="With flags: ID:SCORE, repeated, best first (rank = order).")
+    ] = None,
+    layer: Annotated[str | None, typer.Option(help="With flags: the injection layer.")] = None,
+    scope: Annotated[str | None, typer.Option(help="With flags: the scope.")] = None,
+    json: Json = False,
 ) -> None:
     import orjson
 
@@ -46,9 +47,10 @@ def log_delivery(
         try:
             data = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
-            raise InvalidInput(f"the delivery is not valid JSON ({exc.msg})",
-                               "see `cairn log-delivery --help`") from None
-    ids = deliveries.record(deliveries.parse_external(data), settings())
+            raise InvalidInput(
+                f"the delivery is not valid JSON ({exc.msg})", "see `cairn log-delivery --help`"
+            ) from None
+    ids = deliveries.record(deliveries.parse_external(data), store())
     output.json_out({"delivery_ids": ids}) if json else output.text_out(f"logged {len(ids)} deliveries")
 
 
@@ -56,10 +58,10 @@ log_delivery.__doc__ = LOG_DELIVERY_HELP
 
 
 def list_deliveries(
-    session: Annotated[Optional[str], typer.Option(help="Only this session.")] = None,
-    turn: Annotated[Optional[int], typer.Option(min=0, help="Only this turn.")] = None,
+    session: Annotated[str | None, typer.Option(help="Only this session.")] = None,
+    turn: Annotated[int | None, typer.Option(min=0, help="Only this turn.")] = None,
     limit: Annotated[int, typer.Option(min=1, help="The most recent N.")] = 50,
-    json: Annotated[bool, typer.Option("--json", help="Print JSON, with every score component.")] = False,
+    json: Json = False,
 ) -> None:
     """Show logged deliveries with their provenance and labels.
 
@@ -67,13 +69,38 @@ def list_deliveries(
     """
     from cairn_cli.core.store import deliveries
 
-    views = deliveries.list_deliveries(settings(), session_id=session, turn=turn, limit=limit)
+    views = deliveries.list_deliveries(store(read_only=True), session_id=session, turn=turn, limit=limit)
     if json:
         output.json_out(views)
         return
-    rows = [{**vars(v), "final_score": f"{v.final_score:.3f}",
-             "sim": v.score_components.get("similarity"), "kw": v.score_components.get("keywords")} for v in views]
-    output.table(rows, ["id", "session_id", "turn", "rank", "memory_id", "final_score", "sim", "kw",
-                        "reranker_model", "ranker", "layer", "scope", "context_key", "grade", "engaged",
-                        "engaged_method"],
-                 title=f"{len(views)} deliveries")
+    rows = [
+        {
+            **vars(v),
+            "final_score": f"{v.final_score:.3f}",
+            "sim": v.score_components.get("similarity"),
+            "kw": v.score_components.get("keywords"),
+        }
+        for v in views
+    ]
+    output.table(
+        rows,
+        [
+            "id",
+            "session_id",
+            "turn",
+            "rank",
+            "memory_id",
+            "final_score",
+            "sim",
+            "kw",
+            "reranker_model",
+            "ranker",
+            "layer",
+            "scope",
+            "context_key",
+            "grade",
+            "engaged",
+            "engaged_method",
+        ],
+        title=f"{len(views)} deliveries",
+    )

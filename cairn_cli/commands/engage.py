@@ -3,25 +3,32 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from cairn_cli import output
-from cairn_cli.commands._common import read_response, settings
+from cairn_cli.commands._common import Json, ResponseFile, read_response, store
 
 
 def engage(
-    response: Annotated[Optional[str], typer.Argument(
-        help="The response text; '-' or omitted reads stdin.")] = None,
+    response: Annotated[str | None, typer.Argument(help="The response text; '-' or omitted reads stdin.")] = None,
     session: Annotated[str, typer.Option(help="The session whose deliveries are judged.")] = ...,
-    turn: Annotated[Optional[int], typer.Option(min=0, help="The turn (default: the session's latest delivered turn).")] = None,
-    file: Annotated[Optional[Path], typer.Option("--file", help="Read the response from this file.")] = None,
-    transcript: Annotated[Optional[Path], typer.Option(
-        help="Read the response from a Claude Code transcript (the assistant text of its last turn).")] = None,
-    prompt: Annotated[Optional[str], typer.Option(
-        help="The user's prompt, whose terms do not count as use (default: the one the prompt hook recorded).")] = None,
-    json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    turn: Annotated[
+        int | None, typer.Option(min=0, help="The turn (default: the session's latest delivered turn).")
+    ] = None,
+    file: ResponseFile = None,
+    transcript: Annotated[
+        Path | None,
+        typer.Option(help="Read the response from a Claude Code transcript (the assistant text of its last turn)."),
+    ] = None,
+    prompt: Annotated[
+        str | None,
+        typer.Option(
+            help="The user's prompt, whose terms do not count as use (default: the one the prompt hook recorded)."
+        ),
+    ] = None,
+    json: Json = False,
 ) -> None:
     """Mark each delivery of the turn engaged or not: distinctive-term overlap (lexical), else memory/response
     cosine via the daemon's embedder (semantic second chance); the method is recorded on every row.
@@ -45,15 +52,19 @@ def engage(
         text = read_response(response, file)
     if not text.strip():
         raise InvalidInput("the response is empty", "pass the response text the memories were delivered for")
-    report = apply_engagement(session, text, settings(), turn=turn, prompt=prompt, embed=dispatch.embed)
+    report = apply_engagement(session, text, store(), turn=turn, prompt=prompt, embed=dispatch.embed)
     if json:
         output.json_out(report.as_dict())
         return
-    output.text_out(f"session {report.session_id} turn {report.turn}: "
-                    f"{sum(d.engaged for d in report.decisions)}/{len(report.decisions)} engaged")
+    output.text_out(
+        f"session {report.session_id} turn {report.turn}: "
+        f"{sum(d.engaged for d in report.decisions)}/{len(report.decisions)} engaged"
+    )
     for d in report.decisions:
         semantic = "" if d.semantic is None else f" cosine {d.semantic:.2f}"
-        output.text_out(f"  memory {d.memory_id}: {'engaged' if d.engaged else 'not engaged'} ({d.method} "
-                        f"{d.score:.3f}; overlap {d.lexical:.3f}{semantic})")
+        output.text_out(
+            f"  memory {d.memory_id}: {'engaged' if d.engaged else 'not engaged'} ({d.method} "
+            f"{d.score:.3f}; overlap {d.lexical:.3f}{semantic})"
+        )
     for note in report.notes:
         output.message(note)

@@ -4,23 +4,29 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from cairn_cli import output
+from cairn_cli.commands._common import Json
 
-Where = Annotated[bool, typer.Option(
-    "--project/--user", help="Edit ./.claude/settings.json (default) or ~/.claude/settings.json.")]
+Where = Annotated[
+    bool, typer.Option("--project/--user", help="Edit ./.claude/settings.json (default) or ~/.claude/settings.json.")
+]
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Print the unified diff on stdout and write nothing.")]
-Json = Annotated[bool, typer.Option("--json", help="Print {path, changed, dry_run, diff} as JSON on stdout.")]
 
 
 def _run(*, remove: bool, project: bool, dry_run: bool, json: bool, command: str | None = None) -> None:
     from cairn_cli.core.hooks import claude_settings as cs
 
-    plan = cs.plan_install("project" if project else "user", command or cs.default_command(),
-                           cwd=Path.cwd(), home=Path.home(), remove=remove)
+    plan = cs.plan_install(
+        "project" if project else "user",
+        command or cs.default_command(),
+        cwd=Path.cwd(),
+        home=Path.home(),
+        remove=remove,
+    )
     if not dry_run:
         cs.apply(plan)
     if json:
@@ -36,8 +42,10 @@ def _run(*, remove: bool, project: bool, dry_run: bool, json: bool, command: str
 def install(
     project: Where = True,
     dry_run: DryRun = False,
-    command: Annotated[Optional[str], typer.Option(
-        "--command", help="The cairn executable written into the hooks (default: the running cairn).")] = None,
+    command: Annotated[
+        str | None,
+        typer.Option("--command", help="The cairn executable written into the hooks (default: the running cairn)."),
+    ] = None,
     json: Json = False,
 ) -> None:
     """Install cairn's UserPromptSubmit and Stop hooks into Claude Code's settings.json, keeping everything else.

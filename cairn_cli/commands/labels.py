@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from cairn_cli import output
-from cairn_cli.commands._common import read_response, settings
+from cairn_cli.commands._common import Json, ResponseFile, read_response, store
 
 
 def grade(
-    response: Annotated[Optional[str], typer.Argument(
-        help="The response text holding the [cm] block; '-' or omitted reads stdin.")] = None,
+    response: Annotated[
+        str | None, typer.Argument(help="The response text holding the [cm] block; '-' or omitted reads stdin.")
+    ] = None,
     session: Annotated[str, typer.Option(help="The session whose deliveries are graded.")] = ...,
-    turn: Annotated[Optional[int], typer.Option(help="The turn (default: the session's latest delivered turn).")] = None,
-    file: Annotated[Optional[Path], typer.Option("--file", help="Read the response from this file.")] = None,
-    json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    turn: Annotated[int | None, typer.Option(help="The turn (default: the session's latest delivered turn).")] = None,
+    file: ResponseFile = None,
+    json: Json = False,
 ) -> None:
     """Apply the rg grades (0-3, '!' = hard negative) and cu / -! evidence of a [cm] block (docs/cm-block.md).
 
@@ -33,21 +33,26 @@ def grade(
     cm = parse_cm(read_response(response, file))
     if not cm.found:
         raise InvalidInput("the response has no [cm] block", "see docs/cm-block.md for the format")
-    report = apply_relevance_grades(cm, session, settings(), turn=turn)
+    report = apply_relevance_grades(cm, session, store(), turn=turn)
     if json:
         output.json_out(report.as_dict())
     else:
         _print_report(report)
     if report.problems or report.rejected:
         # the well-formed rest is applied; the exit code tells a script that some of its input was not
-        raise InvalidInput(f"{len(report.problems)} item(s) skipped and {len(report.rejected)} grade(s) rejected; "
-                           "the rest was applied", "see the report and docs/cm-block.md")
+        raise InvalidInput(
+            f"{len(report.problems)} item(s) skipped and {len(report.rejected)} grade(s) rejected; "
+            "the rest was applied",
+            "see the report and docs/cm-block.md",
+        )
 
 
 def _print_report(report) -> None:
-    output.text_out(f"session {report.session_id} turn {report.turn}: {len(report.applied)} graded, "
-                    f"{len(report.rejected)} rejected, {len(report.corroborated)} corroborated, "
-                    f"{len(report.contradicted)} contradicted")
+    output.text_out(
+        f"session {report.session_id} turn {report.turn}: {len(report.applied)} graded, "
+        f"{len(report.rejected)} rejected, {len(report.corroborated)} corroborated, "
+        f"{len(report.contradicted)} contradicted"
+    )
     for r in report.rejected:
         output.message(f"rejected {r['memory_id']}:{r['grade']}: {r['reason']}")
     for p in report.problems:

@@ -3,23 +3,25 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from cairn_cli import output
-from cairn_cli.commands._common import settings
-
-Json = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
+from cairn_cli.commands._common import Json, store
 
 
 def add(
     content: Annotated[str, typer.Argument(help="The memory's text.")],
-    keywords: Annotated[Optional[str], typer.Option("--keywords", "-k", help="Comma-separated keywords.")] = None,
+    keywords: Annotated[str | None, typer.Option("--keywords", "-k", help="Comma-separated keywords.")] = None,
     scope: Annotated[str, typer.Option(help="Project or area the memory belongs to.")] = "global",
-    kind: Annotated[str, typer.Option(help="fact, procedure, correction, preference, decision, pitfall or meta.")] = "fact",
-    source_ref: Annotated[Optional[str], typer.Option("--source-ref", help="Generation-prompt version that wrote it.")] = None,
-    session: Annotated[Optional[str], typer.Option(help="Session that wrote it.")] = None,
+    kind: Annotated[
+        str, typer.Option(help="fact, procedure, correction, preference, decision, pitfall or meta.")
+    ] = "fact",
+    source_ref: Annotated[
+        str | None, typer.Option("--source-ref", help="Generation-prompt version that wrote it.")
+    ] = None,
+    session: Annotated[str | None, typer.Option(help="Session that wrote it.")] = None,
     json: Json = False,
 ) -> None:
     """Add one memory (merges into an identical one: keywords are unioned).
@@ -28,21 +30,36 @@ def add(
     """
     from cairn_cli.core.store import memories
 
-    entry = memories.validate_entry({"content": content, "keywords": keywords or [], "scope": scope, "kind": kind,
-                                     "source_ref": source_ref, "session_id": session})
-    result = memories.add_memories([entry], settings())[0]
+    entry = memories.validate_entry(
+        {
+            "content": content,
+            "keywords": keywords or [],
+            "scope": scope,
+            "kind": kind,
+            "source_ref": source_ref,
+            "session_id": session,
+        }
+    )
+    result = memories.add_memories([entry], store())[0]
     if json:
         output.json_out(result)
     else:
-        extra = f" (+keywords {', '.join(result.keywords_added)})" if result.action == "merged" and \
-            result.keywords_added else ""
+        extra = (
+            f" (+keywords {', '.join(result.keywords_added)})"
+            if result.action == "merged" and result.keywords_added
+            else ""
+        )
         output.text_out(f"{result.action} memory {result.id}{extra}")
 
 
 def import_(
     file: Annotated[Path, typer.Argument(help="JSONL file: one {content, keywords, scope, kind, source_ref} a line.")],
-    source_ref: Annotated[Optional[str], typer.Option("--source-ref", help="Default source_ref for lines without one.")] = None,
-    skip_invalid: Annotated[bool, typer.Option("--skip-invalid", help="Import the valid lines, report the rest.")] = False,
+    source_ref: Annotated[
+        str | None, typer.Option("--source-ref", help="Default source_ref for lines without one.")
+    ] = None,
+    skip_invalid: Annotated[
+        bool, typer.Option("--skip-invalid", help="Import the valid lines, report the rest.")
+    ] = False,
     json: Json = False,
 ) -> None:
     """Import memories from JSONL; reports added / merged / rejected lines.
@@ -53,12 +70,16 @@ def import_(
 
     lines = sum(1 for line in file.open("rb") if line.strip()) if file.is_file() else None
     with output.progress(lines, "importing") as tick:
-        report = memories.import_jsonl(file, settings(), source_ref=source_ref, skip_invalid=skip_invalid,
-                                       progress=tick)
+        report = memories.import_jsonl(file, store(), source_ref=source_ref, skip_invalid=skip_invalid, progress=tick)
     if json:
-        output.json_out({"added": report.added, "merged": report.merged,
-                         "rejected": [{"line": n, "reason": r} for n, r in report.rejected],
-                         "ids": [r.id for r in report.results]})
+        output.json_out(
+            {
+                "added": report.added,
+                "merged": report.merged,
+                "rejected": [{"line": n, "reason": r} for n, r in report.rejected],
+                "ids": [r.id for r in report.results],
+            }
+        )
         return
     output.text_out(f"added {report.added}, merged {report.merged}, rejected {len(report.rejected)}")
     for no, reason in report.rejected:
@@ -66,10 +87,10 @@ def import_(
 
 
 def list_(
-    scope: Annotated[Optional[str], typer.Option(help="Only this scope.")] = None,
-    kind: Annotated[Optional[str], typer.Option(help="Only this kind.")] = None,
+    scope: Annotated[str | None, typer.Option(help="Only this scope.")] = None,
+    kind: Annotated[str | None, typer.Option(help="Only this kind.")] = None,
     all_: Annotated[bool, typer.Option("--all", help="Include superseded memories.")] = False,
-    limit: Annotated[Optional[int], typer.Option(min=1, help="At most this many.")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="At most this many.")] = None,
     json: Json = False,
 ) -> None:
     """List memories.
@@ -78,13 +99,16 @@ def list_(
     """
     from cairn_cli.core.store import memories
 
-    views = memories.list_memories(settings(), scope=scope, kind=kind, include_superseded=all_, limit=limit)
+    views = memories.list_memories(store(read_only=True), scope=scope, kind=kind, include_superseded=all_, limit=limit)
     if json:
         output.json_out(views)
         return
-    output.table([{**vars(v), "keywords": ", ".join(v.keywords), "confidence": f"{v.confidence:.2f}"} for v in views],
-                 ["id", "scope", "kind", "confidence", "content", "keywords", "source_ref", "superseded_by"],
-                 title=f"{len(views)} memories", widths={"content": 60})
+    output.table(
+        [{**vars(v), "keywords": ", ".join(v.keywords), "confidence": f"{v.confidence:.2f}"} for v in views],
+        ["id", "scope", "kind", "confidence", "content", "keywords", "source_ref", "superseded_by"],
+        title=f"{len(views)} memories",
+        widths={"content": 60},
+    )
 
 
 def show(memory_id: Annotated[int, typer.Argument(help="Memory id.")], json: Json = False) -> None:
@@ -94,7 +118,7 @@ def show(memory_id: Annotated[int, typer.Argument(help="Memory id.")], json: Jso
     """
     from cairn_cli.core.store import memories
 
-    view = memories.get_memory(memory_id, settings())
+    view = memories.get_memory(memory_id, store(read_only=True))
     if json:
         output.json_out(view)
     else:
@@ -112,20 +136,22 @@ def supersede(
     """
     from cairn_cli.core.store import memories
 
-    view = memories.supersede(old, new, settings())
+    view = memories.supersede(old, new, store())
     output.json_out(view) if json else output.text_out(f"memory {old} is superseded by {new}")
 
 
 def _evidence(ids: list[int], json: bool, corroborate: bool) -> None:
     from cairn_cli.core.store import memories
 
-    views = memories.record_evidence(ids, settings(), corroborate=corroborate)
+    views = memories.record_evidence(ids, store(), corroborate=corroborate)
     if json:
         output.json_out(views)
     else:
         for v in views:
-            output.text_out(f"memory {v.id}: confidence {v.confidence:.2f} "
-                            f"({v.corroborations} corroborated, {v.contradictions} contradicted)")
+            output.text_out(
+                f"memory {v.id}: confidence {v.confidence:.2f} "
+                f"({v.corroborations} corroborated, {v.contradictions} contradicted)"
+            )
 
 
 def corroborate(ids: Annotated[list[int], typer.Argument(help="Memory ids.")], json: Json = False) -> None:
@@ -152,5 +178,5 @@ def embed(json: Json = False) -> None:
     from cairn_cli.core.store import memories
 
     with output.progress(None, "embedding") as tick:
-        n = memories.embed_missing(settings(), progress=tick)
+        n = memories.embed_missing(store(), progress=tick)
     output.json_out({"embedded": n}) if json else output.text_out(f"embedded {n} memories")

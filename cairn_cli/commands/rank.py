@@ -5,7 +5,7 @@ The shell hook reaches `rank` through cairn_cli/entry.py (argparse, no Typer); b
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -14,16 +14,18 @@ from cairn_cli.hotpath import emit_rank, rank_fields, read_prompt
 
 
 def rank(
-    prompt: Annotated[Optional[str], typer.Argument(help="The prompt; '-' or omitted reads stdin.")] = None,
+    prompt: Annotated[str | None, typer.Argument(help="The prompt; '-' or omitted reads stdin.")] = None,
     session: Annotated[str, typer.Option(help="Session id the deliveries are logged under.")] = "cli",
-    scope: Annotated[Optional[str], typer.Option(help="Rank this scope's memories plus global ones.")] = None,
-    transcript: Annotated[Optional[str], typer.Option(help="Claude Code transcript JSONL for earlier turns.")] = None,
-    k: Annotated[Optional[int], typer.Option("-k", min=1, max=100, help="How many memories to inject.")] = None,
+    scope: Annotated[str | None, typer.Option(help="Rank this scope's memories plus global ones.")] = None,
+    transcript: Annotated[str | None, typer.Option(help="Claude Code transcript JSONL for earlier turns.")] = None,
+    k: Annotated[int | None, typer.Option("-k", min=1, max=100, help="How many memories to inject.")] = None,
     layer: Annotated[str, typer.Option(help="Provenance label of the injection point.")] = "prompt",
-    turn: Annotated[Optional[int], typer.Option(min=0, help="Turn number (default: the session's next).")] = None,
+    turn: Annotated[int | None, typer.Option(min=0, help="Turn number (default: the session's next).")] = None,
     no_log: Annotated[bool, typer.Option("--no-log", help="Do not log deliveries.")] = False,
     json: Annotated[bool, typer.Option("--json", help="Print the ranking with its score components as JSON.")] = False,
-    autostart: Annotated[bool, typer.Option("--autostart", help="Spawn the daemon for next time if it is down.")] = False,
+    autostart: Annotated[
+        bool, typer.Option("--autostart", help="Spawn the daemon for next time if it is down.")
+    ] = False,
 ) -> None:
     """Rank the memories for a prompt and print the injection block (in the daemon when it runs).
 
@@ -32,6 +34,9 @@ def rank(
     from cairn_cli.daemon import dispatch
 
     text = read_prompt(prompt)
-    result = dispatch.rank(rank_fields(text, session, scope, transcript, k, layer, turn, not no_log),
-                           globals_overrides(), autostart=autostart)
+    result = dispatch.rank(
+        rank_fields(text, session, scope, transcript, k, layer, turn, not no_log),
+        globals_overrides(),
+        autostart=autostart,
+    )
     emit_rank(result, json)

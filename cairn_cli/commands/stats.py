@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from cairn_cli import output
-from cairn_cli.commands._common import settings
+from cairn_cli.commands._common import Json, store
 
-Since = Annotated[Optional[str], typer.Option(
-    help="Only from this ISO date or datetime on (UTC), e.g. 2024-05-01 or 2024-05-01T12:00.")]
-Session = Annotated[Optional[str], typer.Option(help="Only this session's deliveries.")]
-Json = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+Since = Annotated[
+    str | None, typer.Option(help="Only from this ISO date or datetime on (UTC), e.g. 2024-05-01 or 2024-05-01T12:00.")
+]
+Session = Annotated[str | None, typer.Option(help="Only this session's deliveries.")]
 
 
 class Bucket(str, Enum):
@@ -26,9 +26,15 @@ class Bucket(str, Enum):
 def deliveries(
     since: Since = None,
     session: Session = None,
-    plot: Annotated[Optional[Path], typer.Option(
-        "--plot", dir_okay=False, help="Write the grade histogram per version and engagement per version "
-                                       "and method to this PNG (needs matplotlib).")] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot",
+            dir_okay=False,
+            help="Write the grade histogram per version and engagement per version "
+            "and method to this PNG (needs matplotlib).",
+        ),
+    ] = None,
     json: Json = False,
 ) -> None:
     """Grades and engagement per generation version and reranker model; a rate per engaged_method, never pooled.
@@ -37,7 +43,7 @@ def deliveries(
     """
     from cairn_cli.core import stats
 
-    s, start = settings(), stats.parse_since(since)
+    s, start = store(read_only=True), stats.parse_since(since)
     groups = stats.delivery_stats(s, since=start, session=session)
     if plot is not None:
         from cairn_cli.core.experiment.ab import arms
@@ -50,10 +56,23 @@ def deliveries(
         output.message("no deliveries match")
     else:
         methods = stats.method_order({m for g in groups for m in g.engagement})
-        output.table([_group_row(g, methods) for g in groups],
-                     ["version", "reranker_model", "deliveries", "sessions", "graded", "mean grade", "grades 0/1/2/3",
-                      "hard neg", *(f"{m} rate [CI] (n)" for m in methods), "untagged n", "undecided"],
-                     title="deliveries by generation version and reranker model")
+        output.table(
+            [_group_row(g, methods) for g in groups],
+            [
+                "version",
+                "reranker_model",
+                "deliveries",
+                "sessions",
+                "graded",
+                "mean grade",
+                "grades 0/1/2/3",
+                "hard neg",
+                *(f"{m} rate [CI] (n)" for m in methods),
+                "untagged n",
+                "undecided",
+            ],
+            title="deliveries by generation version and reranker model",
+        )
     if plot is not None:
         output.message(f"plot written to {plot}")
 
@@ -72,7 +91,9 @@ def labels(
     """
     from cairn_cli.core import stats
 
-    rows = stats.label_volume(settings(), since=stats.parse_since(since), session=session, bucket=bucket.value)
+    rows = stats.label_volume(
+        store(read_only=True), since=stats.parse_since(since), session=session, bucket=bucket.value
+    )
     if json:
         output.json_out(rows)
     elif not rows:
@@ -92,35 +113,65 @@ def floors(
     """
     from cairn_cli.core import stats
 
-    rows = stats.floor_stats(settings(), since=stats.parse_since(since), session=session)
+    rows = stats.floor_stats(store(read_only=True), since=stats.parse_since(since), session=session)
     if json:
         output.json_out(rows)
         return
     if not rows:
         output.message("no graded deliveries with a reranker_score match")
         return
-    output.table([{"model": r.model, "floor": "none" if r.floor is None else f"{r.floor:.6g}",
-                   "grade 3": r.grade3, "grade 3 under": r.grade3_under, "share under": _pct(r.share_under),
-                   **{f"grade {g} under": f"{r.by_grade[g]['under']}/{r.by_grade[g]['n']}" for g in (2, 1, 0)},
-                   "alarm": "ALARM" if r.alarm else ""} for r in rows],
-                 ["model", "floor", "grade 3", "grade 3 under", "share under", "grade 2 under", "grade 1 under",
-                  "grade 0 under", "alarm"], title="grade-3 deliveries under each model's current floor")
+    output.table(
+        [
+            {
+                "model": r.model,
+                "floor": "none" if r.floor is None else f"{r.floor:.6g}",
+                "grade 3": r.grade3,
+                "grade 3 under": r.grade3_under,
+                "share under": _pct(r.share_under),
+                **{f"grade {g} under": f"{r.by_grade[g]['under']}/{r.by_grade[g]['n']}" for g in (2, 1, 0)},
+                "alarm": "ALARM" if r.alarm else "",
+            }
+            for r in rows
+        ],
+        [
+            "model",
+            "floor",
+            "grade 3",
+            "grade 3 under",
+            "share under",
+            "grade 2 under",
+            "grade 1 under",
+            "grade 0 under",
+            "alarm",
+        ],
+        title="grade-3 deliveries under each model's current floor",
+    )
     for r in rows:
         if r.alarm:
-            output.message(f"alarm: the floor of {r.model} drops {_pct(r.share_under)} of grade-3 deliveries "
-                           f"(see `cairn calibrate-floor --model {r.model}`)")
+            output.message(
+                f"alarm: the floor of {r.model} drops {_pct(r.share_under)} of grade-3 deliveries "
+                f"(see `cairn calibrate-floor --model {r.model}`)"
+            )
 
 
 def _group_row(g, methods: list[str]) -> dict:
-    row = {"version": g.version, "reranker_model": g.reranker_model, "deliveries": g.deliveries,
-           "sessions": g.sessions, "graded": f"{g.graded} ({_pct(g.graded_share)})",
-           "mean grade": "-" if g.mean_grade is None else f"{g.mean_grade:.2f}",
-           "grades 0/1/2/3": "/".join(str(g.grade_hist[k]) for k in sorted(g.grade_hist)),
-           "hard neg": g.hard_negatives, "untagged n": g.untagged["n"], "undecided": g.untagged["undecided"]}
+    row = {
+        "version": g.version,
+        "reranker_model": g.reranker_model,
+        "deliveries": g.deliveries,
+        "sessions": g.sessions,
+        "graded": f"{g.graded} ({_pct(g.graded_share)})",
+        "mean grade": "-" if g.mean_grade is None else f"{g.mean_grade:.2f}",
+        "grades 0/1/2/3": "/".join(str(g.grade_hist[k]) for k in sorted(g.grade_hist)),
+        "hard neg": g.hard_negatives,
+        "untagged n": g.untagged["n"],
+        "undecided": g.untagged["undecided"],
+    }
     for m in methods:
         cell = g.engagement.get(m)
-        row[f"{m} rate [CI] (n)"] = "-" if cell is None else (
-            f"{cell['rate']:.3f} [{cell['ci_low']:.3f}, {cell['ci_high']:.3f}] ({cell['n']})")
+        row[f"{m} rate [CI] (n)"] = (
+            "-" if cell is None else (f"{cell['rate']:.3f} [{cell['ci_low']:.3f}, {cell['ci_high']:.3f}] ({cell['n']})")
+        )
     return row
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import contextlib
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from cairn_cli import output
-from cairn_cli.commands._common import settings
+from cairn_cli.commands._common import Json, store
 
 
 class Device(str, Enum):
@@ -20,13 +20,25 @@ class Device(str, Enum):
 
 
 def train_reranker(
-    data: Annotated[Optional[Path], typer.Option(
-        help="Train on this JSONL (query, memory, grade, hard_negative, query_key, delivery_id) instead of the "
-             "graded deliveries.")] = None,
-    export: Annotated[bool, typer.Option(
-        "--export", help="Only write the graded deliveries to $CAIRN_HOME/training_data/relevance_silver.jsonl.")] = False,
-    base: Annotated[str, typer.Option(
-        help="incumbent (the live cross-encoder, else the bundled MiniLM), bundled, or a model directory.")] = "incumbent",
+    data: Annotated[
+        Path | None,
+        typer.Option(
+            help="Train on this JSONL (query, memory, grade, hard_negative, query_key, delivery_id) instead of the "
+            "graded deliveries."
+        ),
+    ] = None,
+    export: Annotated[
+        bool,
+        typer.Option(
+            "--export", help="Only write the graded deliveries to $CAIRN_HOME/training_data/relevance_silver.jsonl."
+        ),
+    ] = False,
+    base: Annotated[
+        str,
+        typer.Option(
+            help="incumbent (the live cross-encoder, else the bundled MiniLM), bundled, or a model directory."
+        ),
+    ] = "incumbent",
     epochs: Annotated[int, typer.Option(min=1, max=50)] = 2,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, max=512)] = 16,
     lr: Annotated[float, typer.Option(min=1e-7, max=1e-2)] = 3e-5,
@@ -34,26 +46,42 @@ def train_reranker(
     seed: Annotated[int, typer.Option(help="Seeds the split, the pair order and the weights' init.")] = 13,
     device: Annotated[Device, typer.Option(case_sensitive=False)] = Device.auto,
     holdout: Annotated[float, typer.Option(min=0.05, max=0.9, help="Share of queries held out.")] = 0.2,
-    min_gap: Annotated[int, typer.Option("--min-gap", min=1, max=3,
-                                         help="Only pairs whose grades differ by at least this.")] = 2,
-    deploy_margin: Annotated[float, typer.Option("--deploy-margin", min=-1.0, max=1.0,
-                                                 help="Deploy when agreement >= incumbent + this.")] = 0.02,
-    engagement: Annotated[bool, typer.Option(
-        "--engagement", help="Add engagement observations as 0/3 pseudo-grades to the training pairs.")] = False,
-    engagement_min_pos: Annotated[float, typer.Option(
-        "--engagement-min-pos", min=0.0, max=1.0, help="Lexical overlap a positive pseudo-label needs.")] = 0.2,
+    min_gap: Annotated[
+        int, typer.Option("--min-gap", min=1, max=3, help="Only pairs whose grades differ by at least this.")
+    ] = 2,
+    deploy_margin: Annotated[
+        float, typer.Option("--deploy-margin", min=-1.0, max=1.0, help="Deploy when agreement >= incumbent + this.")
+    ] = 0.02,
+    engagement: Annotated[
+        bool,
+        typer.Option("--engagement", help="Add engagement observations as 0/3 pseudo-grades to the training pairs."),
+    ] = False,
+    engagement_min_pos: Annotated[
+        float,
+        typer.Option("--engagement-min-pos", min=0.0, max=1.0, help="Lexical overlap a positive pseudo-label needs."),
+    ] = 0.2,
     engagement_max_pairs: Annotated[int, typer.Option("--engagement-max-pairs", min=0)] = 2000,
-    max_length: Annotated[Optional[int], typer.Option(
-        "--max-length", min=16, max=512, help="Token bound of a pair (default CAIRN_RERANKER_MAX_LENGTH).")] = None,
-    layers: Annotated[Optional[int], typer.Option(
-        "--layers", min=1, max=48, help="Keep only the base's first N transformer layers: a faster student.")] = None,
-    max_train_pairs: Annotated[Optional[int], typer.Option("--max-train-pairs", min=1)] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Report the split and pair counts; train nothing.")] = False,
+    max_length: Annotated[
+        int | None,
+        typer.Option(
+            "--max-length", min=16, max=512, help="Token bound of a pair (default CAIRN_RERANKER_MAX_LENGTH)."
+        ),
+    ] = None,
+    layers: Annotated[
+        int | None,
+        typer.Option(
+            "--layers", min=1, max=48, help="Keep only the base's first N transformer layers: a faster student."
+        ),
+    ] = None,
+    max_train_pairs: Annotated[int | None, typer.Option("--max-train-pairs", min=1)] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Report the split and pair counts; train nothing.")
+    ] = False,
     no_deploy: Annotated[bool, typer.Option("--no-deploy", help="Train and judge, never deploy.")] = False,
     rollback: Annotated[bool, typer.Option("--rollback", help="Put the previous student back live.")] = False,
     auto: Annotated[bool, typer.Option("--auto", help="For cron: train only when enough new labels arrived.")] = False,
     min_new_labels: Annotated[int, typer.Option("--min-new-labels", min=1)] = 200,
-    json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    json: Json = False,
 ) -> None:
     """Pairwise fine-tune a student cross-encoder on graded deliveries; it goes live only if it beats the incumbent.
 
@@ -63,7 +91,7 @@ def train_reranker(
     """
     from cairn_cli.core.learning import training
 
-    s = settings()
+    s = store(read_only=export or dry_run)
     if rollback:
         value = training.rollback(s)
         output.json_out(value) if json else output.message(f"rolled back: the live student is {value['version']}")
@@ -71,8 +99,9 @@ def train_reranker(
     if export:
         rows = training.graded_rows(s)
         training.write_jsonl(rows, training.silver_path())
-        output.json_out({"path": str(training.silver_path()), "rows": len(rows)}) if json else \
-            output.message(f"wrote {len(rows)} graded deliveries to {training.silver_path()}")
+        output.json_out({"path": str(training.silver_path()), "rows": len(rows)}) if json else output.message(
+            f"wrote {len(rows)} graded deliveries to {training.silver_path()}"
+        )
         return
     with training.run_lock(s) as locked:
         if not locked:
@@ -81,16 +110,35 @@ def train_reranker(
         if auto:
             now, last = training.new_labels(s)
             if now - last < min_new_labels:
-                report = {"outcome": "skipped", "reason": f"{now - last} new labels since the last training "
-                                                          f"(< --min-new-labels {min_new_labels})"}
+                report = {
+                    "outcome": "skipped",
+                    "reason": f"{now - last} new labels since the last training (< --min-new-labels {min_new_labels})",
+                }
                 output.json_out(report) if json else output.message(f"skipped: {report['reason']}")
                 return
         opts = training.TrainOptions(
-            data=data, base=base, epochs=epochs, batch_size=batch_size, lr=lr, margin=margin, seed=seed,
-            device=device.value, holdout=holdout, min_gap=min_gap, deploy_margin=deploy_margin, engagement=engagement,
-            engagement_min_pos=engagement_min_pos, engagement_max_pairs=engagement_max_pairs, max_length=max_length,
-            layers=layers, max_train_pairs=max_train_pairs, dry_run=dry_run, deploy=not no_deploy)
+            data=data,
+            base=base,
+            epochs=epochs,
+            batch_size=batch_size,
+            lr=lr,
+            margin=margin,
+            seed=seed,
+            device=device.value,
+            holdout=holdout,
+            min_gap=min_gap,
+            deploy_margin=deploy_margin,
+            engagement=engagement,
+            engagement_min_pos=engagement_min_pos,
+            engagement_max_pairs=engagement_max_pairs,
+            max_length=max_length,
+            layers=layers,
+            max_train_pairs=max_train_pairs,
+            dry_run=dry_run,
+            deploy=not no_deploy,
+        )
         with contextlib.ExitStack() as stack:
+
             def progress(total: int, what: str):
                 return stack.enter_context(output.progress(total, what, unit="pair"))
 
@@ -102,9 +150,13 @@ def train_reranker(
 
 
 def _render(report) -> None:
-    output.key_values({k: v for k, v in report.as_dict().items() if k != "train_stats" and v is not None},
-                      title=f"train-reranker: {report.outcome}")
+    output.key_values(
+        {k: v for k, v in report.as_dict().items() if k != "train_stats" and v is not None},
+        title=f"train-reranker: {report.outcome}",
+    )
     if report.train_stats:
         st = report.train_stats
-        output.message(f"trained on {st['examples']} pairs in {st['seconds']} s ({st['device']}, "
-                       f"bf16 {st['bf16']}), peak RSS {st['peak_rss_mb']} MB")
+        output.message(
+            f"trained on {st['examples']} pairs in {st['seconds']} s ({st['device']}, "
+            f"bf16 {st['bf16']}), peak RSS {st['peak_rss_mb']} MB"
+        )

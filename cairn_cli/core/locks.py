@@ -3,24 +3,14 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
-from typing import Iterator
+from collections.abc import Iterator
 
 from cairn_cli import config
+from cairn_cli.files import exclusive_lock
 
 
 @contextlib.contextmanager
 def home_lock(name: str) -> Iterator[bool]:
     """Hold $CAIRN_HOME/<name>.lock for the block; yields False (and holds nothing) when another process has it."""
-    path = config.home() / f"{name}.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a+") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    with exclusive_lock(config.home() / f"{name}.lock") as held:
+        yield held

@@ -10,12 +10,11 @@ independent, which they are not (one session delivers many); for an A/B decision
 from __future__ import annotations
 
 import datetime as dt
-import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from cairn_cli.config import Settings
-from cairn_cli.core.store import open_stores
+from cairn_cli.core.metrics import wilson
 from cairn_cli.errors import InvalidInput
 
 GRADES = (0, 1, 2, 3)
@@ -27,17 +26,6 @@ BUCKETS = ("day", "week", "month")
 _CHUNK = 500  # ids per IN (...) query: under SQLite's bound-variable limit
 
 
-def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float | None, float | None]:
-    """Wilson score interval of successes/n; (None, None) when n = 0."""
-    if n == 0:
-        return None, None
-    p = successes / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
 def parse_since(text: str | None) -> dt.datetime | None:
     """An ISO date or datetime as naive UTC (what the log stores); an aware value is converted to UTC."""
     if text is None:
@@ -45,10 +33,11 @@ def parse_since(text: str | None) -> dt.datetime | None:
     try:
         value = dt.datetime.fromisoformat(text.strip())
     except ValueError:
-        raise InvalidInput(f"--since {text!r} is not an ISO date or datetime",
-                           "write --since 2024-05-01 or --since 2024-05-01T12:00") from None
+        raise InvalidInput(
+            f"--since {text!r} is not an ISO date or datetime", "write --since 2024-05-01 or --since 2024-05-01T12:00"
+        ) from None
     if value.tzinfo is not None:
-        value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        value = value.astimezone(dt.UTC).replace(tzinfo=None)
     return value
 
 
@@ -81,12 +70,14 @@ def _memories(ids) -> dict[int, tuple[str, str]]:
     ids, out = sorted(set(ids)), {}
     for i in range(0, len(ids), _CHUNK):
         for m in Memory.select(Memory.id, Memory.source_ref, Memory.session_id).where(
-                Memory.id.in_(ids[i:i + _CHUNK])):
+            Memory.id.in_(ids[i : i + _CHUNK])
+        ):
             out[m.id] = (m.source_ref or NO_VERSION, m.session_id or f"memory-{m.id}")
     return out
 
 
 # -- deliveries ---------------------------------------------------------------------------------------------------
+
 
 @dataclass
 class GroupStats:
@@ -106,14 +97,23 @@ class GroupStats:
         return asdict(self)
 
 
-def delivery_stats(settings: Settings, *, since: dt.datetime | None = None,
-                   session: str | None = None) -> list[GroupStats]:
+def delivery_stats(
+    settings: Settings, *, since: dt.datetime | None = None, session: str | None = None
+) -> list[GroupStats]:
     """One group per (generation version of the delivered memory, reranker model), sorted by both."""
     from cairn_cli.db.tables import MemoryDelivery as D
 
-    open_stores(settings)
-    rows = _deliveries(since, session, D.session_id, D.memory_id, D.reranker_model, D.grade, D.hard_negative,
-                       D.engaged, D.engaged_method)
+    rows = _deliveries(
+        since,
+        session,
+        D.session_id,
+        D.memory_id,
+        D.reranker_model,
+        D.grade,
+        D.hard_negative,
+        D.engaged,
+        D.engaged_method,
+    )
     versions = _memories(r.memory_id for r in rows)
     groups: dict[tuple[str, str], GroupStats] = {}
     sessions: dict[tuple[str, str], set] = {}
@@ -149,6 +149,7 @@ def delivery_stats(settings: Settings, *, since: dt.datetime | None = None,
 
 # -- engagement by generation version (the A/B's view) ----------------------------------------------------------
 
+
 @dataclass
 class ArmEngagement:
     arm: str | None  # version_arms[version], None when the version is in no arm
@@ -163,15 +164,18 @@ class ArmEngagement:
     session_rate: float | None  # mean over those sessions of each one's rate (invariant 8)
 
 
-def arm_engagement(settings: Settings, *, since: dt.datetime | None = None, session: str | None = None,
-                   version_arms: dict[str, str] | None = None) -> list[ArmEngagement]:
+def arm_engagement(
+    settings: Settings,
+    *,
+    since: dt.datetime | None = None,
+    session: str | None = None,
+    version_arms: dict[str, str] | None = None,
+) -> list[ArmEngagement]:
     """Engagement per (version the memory was written under, method), with the arm that version belongs to."""
     from cairn_cli.db.tables import MemoryDelivery as D
 
-    open_stores(settings)
     version_arms = version_arms or {}
-    rows = [r for r in _deliveries(since, session, D.memory_id, D.engaged, D.engaged_method)
-            if r.engaged is not None]
+    rows = [r for r in _deliveries(since, session, D.memory_id, D.engaged, D.engaged_method) if r.engaged is not None]
     memories = _memories(r.memory_id for r in rows)
     cells: dict[tuple[str, str], dict[str, list[int]]] = {}  # (version, method) -> writing session -> [e, n]
     for r in rows:
@@ -186,18 +190,33 @@ def arm_engagement(settings: Settings, *, since: dt.datetime | None = None, sess
             per_session = cells[(version, method)]
             n = sum(c[1] for c in per_session.values())
             if method == UNTAGGED:
-                out.append(ArmEngagement(version_arms.get(version), version, method, n, None, None, None, None,
-                                         len(per_session), None))
+                out.append(
+                    ArmEngagement(
+                        version_arms.get(version), version, method, n, None, None, None, None, len(per_session), None
+                    )
+                )
                 continue
             engaged = sum(c[0] for c in per_session.values())
             rate = _rate_cell(engaged, n)
-            out.append(ArmEngagement(version_arms.get(version), version, method, n, engaged, rate["rate"],
-                                     rate["ci_low"], rate["ci_high"], len(per_session),
-                                     sum(e / k for e, k in per_session.values()) / len(per_session)))
+            out.append(
+                ArmEngagement(
+                    version_arms.get(version),
+                    version,
+                    method,
+                    n,
+                    engaged,
+                    rate["rate"],
+                    rate["ci_low"],
+                    rate["ci_high"],
+                    len(per_session),
+                    sum(e / k for e, k in per_session.values()) / len(per_session),
+                )
+            )
     return out
 
 
 # -- label volume -------------------------------------------------------------------------------------------------
+
 
 def _period(when: dt.datetime, bucket: str) -> str:
     if bucket == "week":
@@ -206,8 +225,9 @@ def _period(when: dt.datetime, bucket: str) -> str:
     return when.strftime("%Y-%m" if bucket == "month" else "%Y-%m-%d")
 
 
-def label_volume(settings: Settings, *, since: dt.datetime | None = None, session: str | None = None,
-                 bucket: str = "day") -> list[dict]:
+def label_volume(
+    settings: Settings, *, since: dt.datetime | None = None, session: str | None = None, bucket: str = "day"
+) -> list[dict]:
     """Labels made per period and per source: agent grades, engagement per method, untagged engagement.
 
     A label is dated by its own timestamp (graded_at, engaged_at), else by the delivery's; `since` applies to it.
@@ -216,9 +236,9 @@ def label_volume(settings: Settings, *, since: dt.datetime | None = None, sessio
 
     if bucket not in BUCKETS:
         raise InvalidInput(f"unknown bucket {bucket!r}", f"pass one of {', '.join(BUCKETS)}")
-    open_stores(settings)
     query = D.select(D.delivered_at, D.grade, D.graded_at, D.engaged, D.engaged_method, D.engaged_at).where(
-        D.grade.is_null(False) | D.engaged.is_null(False))
+        D.grade.is_null(False) | D.engaged.is_null(False)
+    )
     if session:
         query = query.where(D.session_id == session)
     counts: dict[str, dict[str, int]] = {}
@@ -240,6 +260,7 @@ def label_volume(settings: Settings, *, since: dt.datetime | None = None, sessio
 
 # -- floors -------------------------------------------------------------------------------------------------------
 
+
 @dataclass
 class FloorStats:
     model: str
@@ -251,14 +272,18 @@ class FloorStats:
     alarm: bool
 
 
-def floor_stats(settings: Settings, *, since: dt.datetime | None = None, session: str | None = None,
-                alarm_share: float = ALARM_SHARE) -> list[FloorStats]:
+def floor_stats(
+    settings: Settings,
+    *,
+    since: dt.datetime | None = None,
+    session: str | None = None,
+    alarm_share: float = ALARM_SHARE,
+) -> list[FloorStats]:
     """Per reranker model with graded deliveries carrying a reranker_score: how many of each grade score under the
     floor in force now; `alarm` when more than `alarm_share` of the grade-3 ones do."""
     from cairn_cli.core.learning.calibration import current_floor, drop_table
     from cairn_cli.db.tables import MemoryDelivery as D
 
-    open_stores(settings)
     scores: dict[str, dict[int, list[float]]] = {}
     for r in _deliveries(since, session, D.reranker_model, D.grade, D.score_components):
         score = (r.score_components or {}).get("reranker_score")
@@ -269,13 +294,22 @@ def floor_stats(settings: Settings, *, since: dt.datetime | None = None, session
         floor = current_floor(model, settings)
         table = drop_table(scores[model], floor)
         top = table[3]
-        out.append(FloorStats(model, floor, top["n"], top["dropped"], top["share"],
-                              {g: {"n": row["n"], "under": row["dropped"]} for g, row in table.items()},
-                              top["share"] is not None and top["share"] > alarm_share))
+        out.append(
+            FloorStats(
+                model,
+                floor,
+                top["n"],
+                top["dropped"],
+                top["share"],
+                {g: {"n": row["n"], "under": row["dropped"]} for g, row in table.items()},
+                top["share"] is not None and top["share"] > alarm_share,
+            )
+        )
     return out
 
 
 # -- plot ---------------------------------------------------------------------------------------------------------
+
 
 def plot(path: Path, groups: list[GroupStats], engagement: list[ArmEngagement]) -> Path:
     """PNG, two panels: the grade histogram per generation version (all models), and the engagement rate per
@@ -301,10 +335,14 @@ def plot(path: Path, groups: list[GroupStats], engagement: list[ArmEngagement]) 
         top.legend(loc="upper left")
     for i, e in enumerate(rated):
         err = [[e.rate - e.ci_low], [e.ci_high - e.rate]]
-        bottom.errorbar([i], [e.rate], yerr=err, fmt="o", capsize=4,
-                        color="tab:blue" if e.method == "lexical" else "tab:orange")
-    bottom.set_xticks(range(len(rated)), [f"{e.arm + ': ' if e.arm else ''}{e.version}\n{e.method} (n={e.n})"
-                                          for e in rated], fontsize=8)
+        bottom.errorbar(
+            [i], [e.rate], yerr=err, fmt="o", capsize=4, color="tab:blue" if e.method == "lexical" else "tab:orange"
+        )
+    bottom.set_xticks(
+        range(len(rated)),
+        [f"{e.arm + ': ' if e.arm else ''}{e.version}\n{e.method} (n={e.n})" for e in rated],
+        fontsize=8,
+    )
     bottom.set_xlim(-0.5, max(1, len(rated)) - 0.5)
     bottom.set_ylim(0, 1)
     bottom.set_ylabel("engagement rate (Wilson 95%)")

@@ -18,8 +18,15 @@ import orjson
 
 TURN_STARTS = ("prompt", "task_notification")
 _COMMAND_TAGS = (
-    "<command-name>", "<command-message>", "<command-args>", "<local-command-stdout>",
-    "<local-command-stderr>", "<local-command-caveat>", "<bash-input>", "<bash-stdout>", "<bash-stderr>",
+    "<command-name>",
+    "<command-message>",
+    "<command-args>",
+    "<local-command-stdout>",
+    "<local-command-stderr>",
+    "<local-command-caveat>",
+    "<bash-input>",
+    "<bash-stdout>",
+    "<bash-stderr>",
 )
 _INTERRUPTED = "[Request interrupted"
 _TASK_NOTIFICATION = "<task-notification>"
@@ -51,7 +58,7 @@ class Turn:
 
     @property
     def source(self) -> str:
-        """"prompt" or "task_notification": what started the turn."""
+        """ "prompt" or "task_notification": what started the turn."""
         return self.prompt.kind
 
 
@@ -103,7 +110,7 @@ def read_transcript(path: str | os.PathLike[str], *, max_bytes: int | None = Non
         data = f.read()
     if tail:
         cut = data.find(b"\n")
-        data = data[cut + 1:] if cut >= 0 else b""
+        data = data[cut + 1 :] if cut >= 0 else b""
 
     replies: dict[str, tuple[int, list[str]]] = {}  # message.id -> (index in messages, text blocks)
     for n, line in enumerate(data.decode("utf-8", errors="replace").split("\n")):
@@ -144,9 +151,15 @@ def read_transcript(path: str | os.PathLike[str], *, max_bytes: int | None = Non
 def _message(entry: dict, role: str, text: str, kind: str, message_id: str, line_no: int) -> Message:
     agent_id = entry.get("agentId")
     return Message(
-        role=role, text=text, kind=kind, message_id=message_id, uuid=entry.get("uuid"),
-        timestamp=entry.get("timestamp"), is_sidechain=bool(entry.get("isSidechain")),
-        agent_id=agent_id if isinstance(agent_id, str) else None, line_no=line_no,
+        role=role,
+        text=text,
+        kind=kind,
+        message_id=message_id,
+        uuid=entry.get("uuid"),
+        timestamp=entry.get("timestamp"),
+        is_sidechain=bool(entry.get("isSidechain")),
+        agent_id=agent_id if isinstance(agent_id, str) else None,
+        line_no=line_no,
     )
 
 

@@ -78,7 +78,7 @@ def request(op: str, payload: dict | None = None, *, timeout_ms: int, base=None)
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise socket.timeout()
+                raise TimeoutError()
             sock.settimeout(left)
             chunk = sock.recv(1 << 16)
             if not chunk:
@@ -87,7 +87,7 @@ def request(op: str, payload: dict | None = None, *, timeout_ms: int, base=None)
             size += len(chunk)
             if chunk.endswith(b"\n") or size > MAX_RESPONSE_BYTES:
                 break
-    except socket.timeout:
+    except TimeoutError:
         raise Unavailable(f"daemon did not answer within {timeout_ms} ms") from None
     except OSError as exc:
         raise Unavailable(f"daemon connection failed ({exc.strerror or exc})") from None

@@ -14,7 +14,6 @@ import time
 from cairn_cli import config
 from cairn_cli.daemon import client
 
-
 COMMIT_MARGIN_S = 0.1
 
 
@@ -22,12 +21,18 @@ def spawn(home):
     """Start `cairn daemon serve` detached (its own session), logging to CAIRN_HOME/logs/daemon.log."""
     import subprocess
 
-    logs = os.path.join(str(home), "logs")
-    os.makedirs(logs, exist_ok=True)
-    with open(os.path.join(logs, "daemon.log"), "ab") as log:
-        return subprocess.Popen([sys.executable, "-m", "cairn_cli", "daemon", "serve"], stdin=subprocess.DEVNULL,
-                                stdout=log, stderr=log, start_new_session=True, close_fds=True,
-                                env={**os.environ, "CAIRN_HOME": str(home)})
+    from cairn_cli.files import private_file
+
+    with open(private_file(os.path.join(str(home), "logs", "daemon.log")), "ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "cairn_cli", "daemon", "serve"],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            close_fds=True,
+            env={**os.environ, "CAIRN_HOME": str(home)},
+        )
 
 
 def rank(fields: dict, overrides: dict, *, autostart: bool = False) -> dict:
@@ -44,8 +49,9 @@ def rank(fields: dict, overrides: dict, *, autostart: bool = False) -> dict:
         # the daemon logs nothing once we may have given up on it: no prompt is logged twice
         sent = {**fields, "commit_deadline": time.time() + max(0.05, timeout_ms / 1000.0 - COMMIT_MARGIN_S)}
         try:
-            answer = client.request("rank", {"request": sent, "settings": overrides, "env": client.client_environ()},
-                                    timeout_ms=timeout_ms)
+            answer = client.request(
+                "rank", {"request": sent, "settings": overrides, "env": client.client_environ()}, timeout_ms=timeout_ms
+            )
             return answer["result"]
         except client.RemoteError as exc:
             err = CairnError(exc.message, exc.hint)
@@ -62,11 +68,17 @@ def rank(fields: dict, overrides: dict, *, autostart: bool = False) -> dict:
 
 def _in_process(fields: dict, overrides: dict, *, fallback: str | None) -> dict:
     from cairn_cli.config import Settings
-    from cairn_cli.core.ranking.pipeline import RankEngine, RankRequest, rank as run_rank
+    from cairn_cli.core.ranking.pipeline import RankEngine, RankRequest
+    from cairn_cli.core.ranking.pipeline import rank as run_rank
+    from cairn_cli.core.store import open_stores
 
     settings = Settings(**overrides)
-    engine = (RankEngine.lexical_fallback(fallback, settings.FALLBACK_MAX_CANDIDATES) if fallback
-              else RankEngine.in_process(settings))
+    open_stores(settings)
+    engine = (
+        RankEngine.lexical_fallback(fallback, settings.FALLBACK_MAX_CANDIDATES)
+        if fallback
+        else RankEngine.in_process(settings)
+    )
     return run_rank(RankRequest(**fields), settings, engine).as_dict()
 
 
@@ -80,8 +92,11 @@ def embed_with_model(texts: list[str]) -> tuple[str, list[list[float]]] | None:
         encoder = get_encoder(config.get("EMBED_MODEL"), config.get("EMBED_DTYPE"))
         return encoder.name, encoder.encode(texts).tolist() if texts else []
     try:
-        answer = client.request("embed", {"texts": texts, "env": client.client_environ()},
-                                timeout_ms=max(2000, config.get("DAEMON_TIMEOUT_MS")))
+        answer = client.request(
+            "embed",
+            {"texts": texts, "env": client.client_environ()},
+            timeout_ms=max(2000, config.get("DAEMON_TIMEOUT_MS")),
+        )
     except (client.Unavailable, client.RemoteError):
         return None
     return answer["model"], answer["vectors"]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import fcntl
 import gc
 import os
 import resource
@@ -29,6 +28,7 @@ import orjson
 from cairn_cli.config import Settings
 from cairn_cli.daemon.client import socket_path, status_path
 from cairn_cli.errors import CairnError, DeadlineExceeded, InvalidInput
+from cairn_cli.files import atomic_write, exclusive_lock, private_dir, private_file
 
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 
@@ -48,6 +48,11 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _torch_threads() -> int | None:
+    torch = sys.modules.get("torch")
+    return torch.get_num_threads() if torch is not None else None
+
+
 class Daemon:
     def __init__(self, home: Path, settings: Settings, log):
         self.home, self.settings, self.log = home, settings, log
@@ -62,13 +67,12 @@ class Daemon:
     # -- models -------------------------------------------------------------------------------------------
     def load(self) -> None:
         from cairn_cli.core.ranking.pipeline import RankEngine
+        from cairn_cli.core.store import open_stores
+        from cairn_cli.ml.device import set_torch_threads
         from cairn_cli.ml.models import get_encoder
 
-        threads = self.settings.TORCH_THREADS
-        if threads > 0:
-            import torch
-
-            torch.set_num_threads(threads)
+        open_stores(self.settings)
+        set_torch_threads(self.settings.TORCH_THREADS)  # kept through every model load (ml/device.py)
         self.engine = RankEngine(get_encoder(self.settings.EMBED_MODEL, self.settings.EMBED_DTYPE))
         self.refresh_reranker(self.settings, wait=True)
         t0 = time.time()
@@ -92,8 +96,15 @@ class Daemon:
                 stamp = (resolution.path / "config.json").stat().st_mtime_ns
             except OSError:
                 stamp = None
-        sig = (resolution.role, resolution.name, str(resolution.path), stamp, resolution.floor,
-               settings.RERANKER_DTYPE, settings.RERANKER_MAX_LENGTH)
+        sig = (
+            resolution.role,
+            resolution.name,
+            str(resolution.path),
+            stamp,
+            resolution.floor,
+            settings.RERANKER_DTYPE,
+            settings.RERANKER_MAX_LENGTH,
+        )
         if sig in (self.reranker_sig, self.loading_sig):
             return
         self.loading_sig = sig
@@ -128,18 +139,20 @@ class Daemon:
             return {"ok": False, "error": "daemon is still loading its models"}
         if op == "rank":
             from cairn_cli.core.ranking.pipeline import RankRequest, rank
+            from cairn_cli.core.store import open_stores
 
             fields = req.get("request")
             if not isinstance(fields, dict):
                 raise InvalidInput("rank needs a request object", "use cairn rank")
-            self.refresh_reranker(settings)
+            open_stores(settings)  # the request's own stores (its CAIRN_* environment, its --db-url)
+            self.refresh_reranker(settings)  # after open_stores: a calibrated floor is machine state
             result = rank(RankRequest(**fields), settings, self.engine)
             gc.freeze()  # the warm tables are long-lived: keep the cyclic GC from rescanning 100k objects
             return {"ok": True, "result": result.as_dict()}
         if op == "embed":
             texts = req.get("texts")
             if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
-                raise InvalidInput("embed needs a list of texts", "send {\"texts\": [...]}")
+                raise InvalidInput("embed needs a list of texts", 'send {"texts": [...]}')
             vecs = self.engine.embed(texts)
             return {"ok": True, "model": self.engine.encoder.name, "vectors": vecs.tolist()}
         if op == "shutdown":
@@ -149,20 +162,29 @@ class Daemon:
 
     def health(self) -> dict:
         eng = self.engine
-        return {"pid": os.getpid(), "state": self.state, "uptime_s": round(time.time() - self.started, 1),
-                "requests": self.requests, "rss_mb": round(_rss_mb(), 1),
-                "embed_model": eng.encoder.name if eng and eng.encoder else None,
-                "reranker": eng.reranker.name if eng and eng.reranker else "none",
-                "reranker_dtype": getattr(eng.reranker, "dtype", None) if eng else None,
-                "reranker_max_length": getattr(eng.reranker, "max_length", None) if eng else None,
-                "warnings": list(eng.notes) if eng else [], "socket": str(socket_path(self.home))}
+        return {
+            "pid": os.getpid(),
+            "state": self.state,
+            "uptime_s": round(time.time() - self.started, 1),
+            "requests": self.requests,
+            "rss_mb": round(_rss_mb(), 1),
+            "embed_model": eng.encoder.name if eng and eng.encoder else None,
+            "reranker": eng.reranker.name if eng and eng.reranker else "none",
+            "reranker_dtype": getattr(eng.reranker, "dtype", None) if eng else None,
+            "reranker_max_length": getattr(eng.reranker, "max_length", None) if eng else None,
+            "torch_threads": _torch_threads(),
+            "warnings": list(eng.notes) if eng else [],
+            "socket": str(socket_path(self.home)),
+        }
 
     def write_status(self) -> None:
-        path = Path(status_path(self.home))
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(orjson.dumps({**self.health(), "started_at": dt.datetime.fromtimestamp(self.started)
-                                      .isoformat(timespec="seconds")}))
-        os.replace(tmp, path)
+        atomic_write(
+            status_path(self.home),
+            orjson.dumps(
+                {**self.health(), "started_at": dt.datetime.fromtimestamp(self.started).isoformat(timespec="seconds")}
+            ),
+            fsync=False,
+        )
 
 
 class _Handler(socketserver.StreamRequestHandler):
@@ -172,7 +194,7 @@ class _Handler(socketserver.StreamRequestHandler):
             line = self.rfile.readline(MAX_REQUEST_BYTES)
             req = orjson.loads(line)
             if not isinstance(req, dict):
-                raise InvalidInput("a request is a JSON object", "send {\"op\": ...}")
+                raise InvalidInput("a request is a JSON object", 'send {"op": ...}')
             with daemon.lock:
                 daemon.requests += 1
                 answer = daemon.handle(req)
@@ -183,7 +205,7 @@ class _Handler(socketserver.StreamRequestHandler):
             answer = {"ok": False, "kind": "expired", "error": exc.message}
         except CairnError as exc:
             answer = {"ok": False, "kind": "input", "error": exc.message, "hint": exc.hint, "exit_code": exc.exit_code}
-        except Exception as exc:  # noqa: BLE001 - the daemon must outlive a bad request
+        except Exception as exc:
             daemon.log(f"error: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
             answer = {"ok": False, "kind": "internal", "error": f"{type(exc).__name__}: {exc}"}
         try:
@@ -198,20 +220,21 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 
 def serve(home: Path, settings: Settings) -> int:
     """Run the daemon in the foreground until SIGTERM. Returns the exit code."""
-    home.mkdir(parents=True, exist_ok=True)
-    logs = home / "logs"
-    logs.mkdir(exist_ok=True)
-    log_file = open(logs / "daemon.log", "a", buffering=1)
+    private_dir(home / "logs")
+    with (
+        open(private_file(home / "logs" / "daemon.log"), "a", buffering=1) as log_file,
+        exclusive_lock(home / "daemon.lock") as held,
+    ):
 
-    def log(msg: str) -> None:
-        log_file.write(f"{dt.datetime.now().isoformat(timespec='seconds')} [{os.getpid()}] {msg}\n")
+        def log(msg: str) -> None:
+            log_file.write(f"{dt.datetime.now().isoformat(timespec='seconds')} [{os.getpid()}] {msg}\n")
 
-    lock_fh = open(home / "daemon.lock", "a+")
-    try:
-        fcntl.flock(lock_fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise AlreadyRunning("a cairn daemon is already running for this CAIRN_HOME",
-                             "see `cairn daemon status`") from None
+        if not held:
+            raise AlreadyRunning("a cairn daemon is already running for this CAIRN_HOME", "see `cairn daemon status`")
+        return _serve_locked(home, settings, log)
+
+
+def _serve_locked(home: Path, settings: Settings, log) -> int:
     sock = Path(socket_path(home))
     if sock.exists() or sock.is_symlink():
         log(f"removing stale socket {sock}")
@@ -249,8 +272,6 @@ def serve(home: Path, settings: Settings) -> int:
 
         close_all()
         log("stopped")
-        fcntl.flock(lock_fh, fcntl.LOCK_UN)
-        lock_fh.close()
     return 0
 
 
@@ -258,7 +279,7 @@ def _load(daemon: Daemon, log) -> None:
     try:
         daemon.load()
         log(f"ready: {daemon.health()}")
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         daemon.state = f"failed: {type(exc).__name__}: {exc}"
         daemon.write_status()
         log(f"model load failed: {exc}\n{traceback.format_exc()}")

@@ -8,23 +8,33 @@ from urllib.parse import unquote, urlparse
 import peewee
 
 from cairn_cli.db import migrations, tables
-from cairn_cli.errors import ConfigError, MissingDependency
+from cairn_cli.errors import ConfigError, MissingDependency, NotFound
+from cairn_cli.files import private_file
 
 _SQLITE_PRAGMAS = {"journal_mode": "wal", "foreign_keys": 1, "busy_timeout": 5000, "synchronous": "normal"}
 _open: dict[tuple[str, str], peewee.Database] = {}
 
 
-def _connect(url: str) -> peewee.Database:
+_MISSING_HINT = {
+    "memory": "add memories first (`cairn memory add` / `cairn memory import`), or check --db-url / CAIRN_DB_URL",
+    "ephemeral": "nothing has been ranked yet (`cairn rank`), or check --ephemeral-db-url / CAIRN_EPHEMERAL_DB_URL",
+}
+
+
+def _connect(kind: str, url: str, *, create: bool) -> peewee.Database:
     parsed = urlparse(url)
     if parsed.scheme == "sqlite":
         raw = unquote(parsed.path if not parsed.netloc else parsed.netloc + parsed.path)
         if raw in ("", "/:memory:", ":memory:"):
             return peewee.SqliteDatabase(":memory:", pragmas=_SQLITE_PRAGMAS)
         path = Path(raw[1:] if raw.startswith("//") else raw)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(f"cannot create {path.parent}: {exc.strerror}", "set CAIRN_HOME to a writable dir") from None
+        if not path.exists():
+            if not create:  # a command that only reads never makes a store (a mistyped --db-url would)
+                raise NotFound(f"no {kind} store at {path}", _MISSING_HINT[kind])
+            try:  # private: prompts and memories are nobody else's to read (SQLite gives -wal/-shm the same mode)
+                private_file(path)
+            except OSError as exc:
+                raise ConfigError(f"cannot create {path}: {exc.strerror}", "set CAIRN_HOME to a writable dir") from None
         return peewee.SqliteDatabase(str(path), pragmas=_SQLITE_PRAGMAS)
     if parsed.scheme in ("postgres", "postgresql"):
         try:
@@ -41,33 +51,35 @@ def _connect(url: str) -> peewee.Database:
     raise ConfigError(f"unsupported database URL {url!r}", "use sqlite:///path or postgresql://user@host/db")
 
 
-def _open_one(kind: str, url: str, proxy: peewee.DatabaseProxy, registry) -> peewee.Database:
+def _open_one(kind: str, url: str, proxy: peewee.DatabaseProxy, registry, *, create: bool) -> peewee.Database:
     key = (kind, url)
     db = _open.get(key)
     if db is None:
-        db = _connect(url)
+        db = _connect(kind, url, create=create)
         try:
             db.connect(reuse_if_open=True)
             migrations.apply_pending(db, registry)
         except peewee.OperationalError as exc:
-            raise ConfigError(f"cannot open the {kind} database at {url}: {exc}", "check the URL and permissions") from None
+            raise ConfigError(
+                f"cannot open the {kind} database at {url}: {exc}", "check the URL and permissions"
+            ) from None
         _open[key] = db
     proxy.initialize(db)
     return db
 
 
-def open_memory_db(url: str) -> peewee.Database:
+def open_memory_db(url: str, *, create: bool = True) -> peewee.Database:
     """Connect the persistent memory store, apply pending migrations once per process, bind the models."""
-    return _open_one("memory", url, tables.memory_proxy, migrations.MEMORY_MIGRATIONS)
+    return _open_one("memory", url, tables.memory_proxy, migrations.MEMORY_MIGRATIONS, create=create)
 
 
-def open_ephemeral_db(url: str) -> peewee.Database:
+def open_ephemeral_db(url: str, *, create: bool = True) -> peewee.Database:
     """Connect the ephemeral store (deliveries, hook state) the same way."""
-    return _open_one("ephemeral", url, tables.ephemeral_proxy, migrations.EPHEMERAL_MIGRATIONS)
+    return _open_one("ephemeral", url, tables.ephemeral_proxy, migrations.EPHEMERAL_MIGRATIONS, create=create)
 
 
-def open_db(memory_url: str, ephemeral_url: str) -> tuple[peewee.Database, peewee.Database]:
-    return open_memory_db(memory_url), open_ephemeral_db(ephemeral_url)
+def open_db(memory_url: str, ephemeral_url: str, *, create: bool = True) -> tuple[peewee.Database, peewee.Database]:
+    return open_memory_db(memory_url, create=create), open_ephemeral_db(ephemeral_url, create=create)
 
 
 def close_all() -> None:

@@ -6,11 +6,11 @@ list) so that it never depends on the live models in tables.py.
 
 from __future__ import annotations
 
-import datetime as dt
-from typing import Callable
+from collections.abc import Callable
 
 import peewee
 
+from cairn_cli.clock import utcnow
 from cairn_cli.db.fields import JSONField
 
 Migration = tuple[str, Callable[[peewee.Database], None]]
@@ -23,72 +23,89 @@ def _create(db: peewee.Database, table: str, fields: dict, indexes: tuple = ()) 
 
 
 def _memories_v1(db: peewee.Database) -> None:
-    _create(db, "memories", {
-        "content": peewee.TextField(),
-        "content_hash": peewee.CharField(max_length=64, index=True),
-        "norm_hash": peewee.CharField(max_length=64, index=True),
-        "keywords": JSONField(),
-        "scope": peewee.CharField(max_length=200, index=True),
-        "kind": peewee.CharField(max_length=40),
-        "confidence": peewee.FloatField(),
-        "corroborations": peewee.IntegerField(default=0),
-        "contradictions": peewee.IntegerField(default=0),
-        "source_ref": peewee.CharField(max_length=200, null=True),
-        "session_id": peewee.CharField(max_length=200, null=True),
-        "created_at": peewee.DateTimeField(),
-        "updated_at": peewee.DateTimeField(),
-        "superseded_by": peewee.IntegerField(null=True, index=True),
-        "embedding": peewee.BlobField(null=True),
-        "embedding_model": peewee.CharField(max_length=200, null=True),
-    })
+    _create(
+        db,
+        "memories",
+        {
+            "content": peewee.TextField(),
+            "content_hash": peewee.CharField(max_length=64, index=True),
+            "norm_hash": peewee.CharField(max_length=64, index=True),
+            "keywords": JSONField(),
+            "scope": peewee.CharField(max_length=200, index=True),
+            "kind": peewee.CharField(max_length=40),
+            "confidence": peewee.FloatField(),
+            "corroborations": peewee.IntegerField(default=0),
+            "contradictions": peewee.IntegerField(default=0),
+            "source_ref": peewee.CharField(max_length=200, null=True),
+            "session_id": peewee.CharField(max_length=200, null=True),
+            "created_at": peewee.DateTimeField(),
+            "updated_at": peewee.DateTimeField(),
+            "superseded_by": peewee.IntegerField(null=True, index=True),
+            "embedding": peewee.BlobField(null=True),
+            "embedding_model": peewee.CharField(max_length=200, null=True),
+        },
+    )
 
 
 def _machine_state_v1(db: peewee.Database) -> None:
-    _create(db, "machine_state", {
-        "key": peewee.CharField(max_length=200, primary_key=True),
-        "value": JSONField(null=True),
-        "updated_at": peewee.DateTimeField(),
-        "history": JSONField(),
-    })
+    _create(
+        db,
+        "machine_state",
+        {
+            "key": peewee.CharField(max_length=200, primary_key=True),
+            "value": JSONField(null=True),
+            "updated_at": peewee.DateTimeField(),
+            "history": JSONField(),
+        },
+    )
 
 
 def _deliveries_v1(db: peewee.Database) -> None:
-    _create(db, "memory_deliveries", {
-        "session_id": peewee.CharField(max_length=200, index=True),
-        "turn": peewee.IntegerField(),
-        "memory_id": peewee.IntegerField(index=True),
-        "context_window": peewee.TextField(),
-        "context_key": peewee.CharField(max_length=64, index=True),
-        "rank": peewee.IntegerField(),
-        "final_score": peewee.FloatField(),
-        "score_components": JSONField(),
-        "reranker_model": peewee.CharField(max_length=200),
-        "ranker": peewee.CharField(max_length=200),
-        "layer": peewee.CharField(max_length=100),
-        "scope": peewee.CharField(max_length=200),
-        "delivered_at": peewee.DateTimeField(),
-        "grade": peewee.IntegerField(null=True),
-        "hard_negative": peewee.BooleanField(null=True),
-        "graded_at": peewee.DateTimeField(null=True),
-        "engaged": peewee.BooleanField(null=True),
-        "engaged_score": peewee.FloatField(null=True),
-        "engaged_method": peewee.CharField(max_length=40, null=True),
-        "arm": peewee.CharField(max_length=10, null=True),
-    })
+    _create(
+        db,
+        "memory_deliveries",
+        {
+            "session_id": peewee.CharField(max_length=200, index=True),
+            "turn": peewee.IntegerField(),
+            "memory_id": peewee.IntegerField(index=True),
+            "context_window": peewee.TextField(),
+            "context_key": peewee.CharField(max_length=64, index=True),
+            "rank": peewee.IntegerField(),
+            "final_score": peewee.FloatField(),
+            "score_components": JSONField(),
+            "reranker_model": peewee.CharField(max_length=200),
+            "ranker": peewee.CharField(max_length=200),
+            "layer": peewee.CharField(max_length=100),
+            "scope": peewee.CharField(max_length=200),
+            "delivered_at": peewee.DateTimeField(),
+            "grade": peewee.IntegerField(null=True),
+            "hard_negative": peewee.BooleanField(null=True),
+            "graded_at": peewee.DateTimeField(null=True),
+            "engaged": peewee.BooleanField(null=True),
+            "engaged_score": peewee.FloatField(null=True),
+            "engaged_method": peewee.CharField(max_length=40, null=True),
+            "arm": peewee.CharField(max_length=10, null=True),
+        },
+    )
 
 
 def _hook_state_v1(db: peewee.Database) -> None:
-    _create(db, "hook_state", {
-        "session_id": peewee.CharField(max_length=200),
-        "turn": peewee.IntegerField(),
-        "arm": peewee.CharField(max_length=10, null=True),
-        "transcript_path": peewee.TextField(null=True),
-        "is_subagent": peewee.BooleanField(default=False),
-        "agent_id": peewee.CharField(max_length=200, null=True),
-        "context_key": peewee.CharField(max_length=64, null=True),
-        "data": JSONField(),
-        "created_at": peewee.DateTimeField(),
-    }, indexes=((("session_id", "turn"), True),))
+    _create(
+        db,
+        "hook_state",
+        {
+            "session_id": peewee.CharField(max_length=200),
+            "turn": peewee.IntegerField(),
+            "arm": peewee.CharField(max_length=10, null=True),
+            "transcript_path": peewee.TextField(null=True),
+            "is_subagent": peewee.BooleanField(default=False),
+            "agent_id": peewee.CharField(max_length=200, null=True),
+            "context_key": peewee.CharField(max_length=64, null=True),
+            "data": JSONField(),
+            "created_at": peewee.DateTimeField(),
+        },
+        indexes=((("session_id", "turn"), True),),
+    )
 
 
 def _memories_updated_at_index(db: peewee.Database) -> None:
@@ -123,11 +140,15 @@ EPHEMERAL_MIGRATIONS: list[Migration] = [
 
 def _ledger(db: peewee.Database) -> type[peewee.Model]:
     meta = type("Meta", (), {"database": db, "table_name": "cairn_migrations"})
-    return type("MigrationLedger", (peewee.Model,), {
-        "name": peewee.CharField(max_length=200, primary_key=True),
-        "applied_at": peewee.DateTimeField(),
-        "Meta": meta,
-    })
+    return type(
+        "MigrationLedger",
+        (peewee.Model,),
+        {
+            "name": peewee.CharField(max_length=200, primary_key=True),
+            "applied_at": peewee.DateTimeField(),
+            "Meta": meta,
+        },
+    )
 
 
 def apply_pending(db: peewee.Database, registry: list[Migration]) -> list[str]:
@@ -141,6 +162,6 @@ def apply_pending(db: peewee.Database, registry: list[Migration]) -> list[str]:
             continue
         with db.atomic():
             migrate(db)
-            ledger.insert(name=name, applied_at=dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)).execute()
+            ledger.insert(name=name, applied_at=utcnow()).execute()
         applied.append(name)
     return applied

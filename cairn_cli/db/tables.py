@@ -5,18 +5,13 @@ The schema itself is created by migrations.py (frozen snapshots), never by these
 
 from __future__ import annotations
 
-import datetime as dt
-
 import peewee
 
+from cairn_cli.clock import utcnow
 from cairn_cli.db.fields import JSONField
 
 memory_proxy = peewee.DatabaseProxy()
 ephemeral_proxy = peewee.DatabaseProxy()
-
-
-def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
 
 
 class _MemoryBase(peewee.Model):
@@ -30,6 +25,7 @@ class _EphemeralBase(peewee.Model):
 
 
 class Memory(_MemoryBase):
+    id = peewee.AutoField()  # peewee's implicit key, spelled out for type checkers
     content = peewee.TextField()
     content_hash = peewee.CharField(max_length=64, index=True)
     norm_hash = peewee.CharField(max_length=64, index=True)
@@ -62,6 +58,7 @@ class MachineState(_MemoryBase):
 
 
 class MemoryDelivery(_EphemeralBase):
+    id = peewee.AutoField()  # peewee's implicit key, spelled out for type checkers
     session_id = peewee.CharField(max_length=200, index=True)
     turn = peewee.IntegerField()
     memory_id = peewee.IntegerField(index=True)
@@ -91,6 +88,7 @@ class MemoryDelivery(_EphemeralBase):
 
 
 class HookState(_EphemeralBase):
+    id = peewee.AutoField()  # peewee's implicit key, spelled out for type checkers
     session_id = peewee.CharField(max_length=200)
     turn = peewee.IntegerField()
     arm = peewee.CharField(max_length=10, null=True)

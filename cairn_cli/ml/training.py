@@ -12,11 +12,11 @@ from __future__ import annotations
 import os
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
-from cairn_cli.ml.models import _offline
+from cairn_cli.ml.device import apply_torch_threads, bf16_supported, offline
 
 
 def bundled_base() -> Path:
@@ -57,14 +57,19 @@ def _peak_rss_mb() -> float:
 class CrossEncoderModel:
     """A tokenizer and a one-logit sequence classifier from a local directory."""
 
-    def __init__(self, path: str | Path, *, device: str = "auto", max_length: int = 128, bf16: bool | None = None,
-                 layers: int | None = None):
-        _offline()
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        device: str = "auto",
+        max_length: int = 128,
+        bf16: bool | None = None,
+        layers: int | None = None,
+    ):
+        offline()
         import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
         from transformers.utils import logging as hf_logging
-
-        from cairn_cli.ml.reranker import bf16_supported
 
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
@@ -73,8 +78,7 @@ class CrossEncoderModel:
         self.bf16 = (self.device == "cpu" and bf16_supported()) if bf16 is None else bf16
         self.max_length = max_length
         self.tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-        self.model = AutoModelForSequenceClassification.from_pretrained(str(path), num_labels=1,
-                                                                        local_files_only=True)
+        self.model = AutoModelForSequenceClassification.from_pretrained(str(path), num_labels=1, local_files_only=True)
         if layers:  # a shallower student: the base's first `layers` transformer layers (the cost is per layer)
             encoder = self.model.base_model.encoder
             if not 1 <= layers <= len(encoder.layer):
@@ -84,15 +88,18 @@ class CrossEncoderModel:
             encoder.layer = encoder.layer[:layers]
             self.model.config.num_hidden_layers = layers
         self.model.to(self.device)
+        apply_torch_threads()
 
     def _encode(self, queries: list[str], texts: list[str]):
-        enc = self.tokenizer(queries, texts, truncation="longest_first", max_length=self.max_length, padding=True,
-                             return_tensors="pt")
+        enc = self.tokenizer(
+            queries, texts, truncation="longest_first", max_length=self.max_length, padding=True, return_tensors="pt"
+        )
         return {k: v.to(self.device) for k, v in enc.items()}
 
     def _logits(self, enc):
-        with self.torch.autocast(self.device if self.device != "cuda" else "cuda", dtype=self.torch.bfloat16,
-                                 enabled=self.bf16):
+        with self.torch.autocast(
+            self.device if self.device != "cuda" else "cuda", dtype=self.torch.bfloat16, enabled=self.bf16
+        ):
             return self.model(**enc).logits.squeeze(-1).float()
 
     def score(self, pairs: list[tuple[str, str]], *, batch_size: int = 32) -> list[float]:
@@ -101,12 +108,21 @@ class CrossEncoderModel:
         out: list[float] = []
         with self.torch.inference_mode():
             for start in range(0, len(pairs), batch_size):
-                batch = pairs[start:start + batch_size]
+                batch = pairs[start : start + batch_size]
                 out.extend(self._logits(self._encode([q for q, _ in batch], [t for _, t in batch])).tolist())
         return out
 
-    def train_pairwise(self, triples: list[tuple[str, str, str]], *, epochs: int, batch_size: int, lr: float,
-                       margin: float, seed: int, progress: Callable[[int], None] | None = None) -> TrainStats:
+    def train_pairwise(
+        self,
+        triples: list[tuple[str, str, str]],
+        *,
+        epochs: int,
+        batch_size: int,
+        lr: float,
+        margin: float,
+        seed: int,
+        progress: Callable[[int], None] | None = None,
+    ) -> TrainStats:
         """Fine-tune on (query, better, worse) triples with a margin ranking loss; seeded, linear warm-up/decay."""
         torch = self.torch
         torch.manual_seed(seed)
@@ -117,18 +133,19 @@ class CrossEncoderModel:
         warmup = max(1, total // 10)
         opt = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=0.01)
         sched = torch.optim.lr_scheduler.LambdaLR(
-            opt, lambda step: min((step + 1) / warmup, max(0.0, (total - step) / max(1, total - warmup))))
+            opt, lambda step: min((step + 1) / warmup, max(0.0, (total - step) / max(1, total - warmup)))
+        )
         loss_fn = torch.nn.MarginRankingLoss(margin=margin)
         self.model.train()
         t0, step, loss_value = time.time(), 0, float("nan")
         for _ in range(epochs):
             rng.shuffle(order)
             for start in range(0, len(order), batch_size):
-                batch = order[start:start + batch_size]
+                batch = order[start : start + batch_size]
                 queries = [q for q, _, _ in batch]
                 enc = self._encode(queries + queries, [b for _, b, _ in batch] + [w for _, _, w in batch])
                 logits = self._logits(enc)
-                better, worse = logits[:len(batch)], logits[len(batch):]
+                better, worse = logits[: len(batch)], logits[len(batch) :]
                 loss = loss_fn(better, worse, torch.ones_like(better))
                 opt.zero_grad()
                 loss.backward()
@@ -140,10 +157,17 @@ class CrossEncoderModel:
                 if progress:
                     progress(len(batch))
         self.model.eval()
-        return TrainStats(len(triples), step, round(time.time() - t0, 1), round(loss_value, 4),
-                          round(_peak_rss_mb(), 1), self.device, self.bf16)
+        return TrainStats(
+            len(triples),
+            step,
+            round(time.time() - t0, 1),
+            round(loss_value, 4),
+            round(_peak_rss_mb(), 1),
+            self.device,
+            self.bf16,
+        )
 
-    def serve_mode(self) -> "CrossEncoderModel":
+    def serve_mode(self) -> CrossEncoderModel:
         """After training: bf16 weights instead of autocast where bf16 is on (what the daemon serves; autocast
         re-casts every weight on every call). `save` writes fp32 again."""
         if self.bf16 and self.device == "cpu":

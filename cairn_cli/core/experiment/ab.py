@@ -28,19 +28,21 @@ import math
 import random
 from dataclasses import asdict, dataclass, field
 
+from cairn_cli.clock import utcnow
 from cairn_cli.config import Settings
 from cairn_cli.core.experiment import rules as generation_rules
+from cairn_cli.core.metrics import wilson
 from cairn_cli.core.store import state
-from cairn_cli.core.stats import wilson
-from cairn_cli.core.store import open_stores
 from cairn_cli.errors import InvalidInput
 
 VERSIONS_KEY = "ab_arm_versions"
 B_KEY = "ab_b_instruction"
 QUEUE_KEY = "ab_queue"
 AB_TAG = "cairn-ab"
-SHIPPED_B = ("When a memory records a fix, put the symptom a future session will search for (the exact error "
-             "message or failing command) in its keywords.")
+SHIPPED_B = (
+    "When a memory records a fix, put the symptom a future session will search for (the exact error "
+    "message or failing command) in its keywords."
+)
 
 
 def b_version(a_version: str, instruction: str) -> str:
@@ -65,8 +67,9 @@ def arms(settings: Settings, live: generation_rules.Rules | None = None) -> Arms
     return Arms(dict(versions), instruction, list(state.get(QUEUE_KEY, settings, [])))
 
 
-def assign(session_id: str, turn: int, *, is_subagent: bool, settings: Settings,
-           live: generation_rules.Rules | None = None) -> tuple[str | None, str, str | None]:
+def assign(
+    session_id: str, turn: int, *, is_subagent: bool, settings: Settings, live: generation_rules.Rules | None = None
+) -> tuple[str | None, str, str | None]:
     """(arm or None, the version that stamps the turn's memories, arm B's instruction when B). Seeded per prompt
     with AB_SEED (tests, simulations), else truly random."""
     current = arms(settings, live)
@@ -78,11 +81,27 @@ def assign(session_id: str, turn: int, *, is_subagent: bool, settings: Settings,
     return arm, current.versions[arm], current.b_instruction if arm == "B" else None
 
 
+def assign_turn(session_id: str, turn: int | None, *, is_subagent: bool, settings: Settings) -> dict:
+    """Draw one prompt's arm and record it in the turn's hook_state (what the prompt hook does for every prompt).
+    `turn` None: the session's next."""
+    from cairn_cli.core.store import deliveries, hookstate
+    from cairn_cli.db.tables import ephemeral_proxy
+
+    turn = deliveries.next_turn(session_id, settings) if turn is None else turn
+    arm, version, instruction = assign(session_id, turn, is_subagent=is_subagent, settings=settings)
+    with ephemeral_proxy.atomic():
+        hookstate.record_turn(
+            session_id, turn, context_key="", hook={"arm": arm, "is_subagent": is_subagent, "source_ref": version}
+        )
+    return {"session_id": session_id, "turn": turn, "arm": arm, "version": version, "b_instruction": instruction}
+
+
 def render_b(instruction: str, version: str) -> str:
     return f'<{AB_TAG} arm="B" version="{version}">\n- {instruction.strip()}\n</{AB_TAG}>'
 
 
 # -- analysis ---------------------------------------------------------------------------------------------------
+
 
 @dataclass
 class ArmStats:
@@ -126,12 +145,14 @@ def session_outcomes(settings: Settings, versions: dict, now: dt.datetime | None
     power: 85% against 74% at +0.10 engagement)."""
     from cairn_cli.db.tables import Memory, MemoryDelivery
 
-    open_stores(settings)
-    now = now or dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    now = now or utcnow()
     window = dt.timedelta(days=settings.AB_MATURE_DAYS)
     by_version = {v: arm for arm, v in versions.items() if v}
-    mems = list(Memory.select(Memory.id, Memory.session_id, Memory.source_ref, Memory.created_at)
-                .where(Memory.source_ref.in_(list(by_version))))
+    mems = list(
+        Memory.select(Memory.id, Memory.session_id, Memory.source_ref, Memory.created_at).where(
+            Memory.source_ref.in_(list(by_version))
+        )
+    )
     arm_of = {m.id: by_version[m.source_ref] for m in mems}
     session_of = {m.id: m.session_id or f"memory-{m.id}" for m in mems}
     closes = {m.id: m.created_at + window for m in mems}
@@ -148,9 +169,17 @@ def session_outcomes(settings: Settings, versions: dict, now: dt.datetime | None
     delivered: dict[str, set[int]] = {"A": set(), "B": set()}
     grades: dict[str, list[int]] = {"A": [], "B": []}
     methods: dict[str, dict[str, list[int]]] = {"A": {}, "B": {}}
-    rows = MemoryDelivery.select(MemoryDelivery.memory_id, MemoryDelivery.grade, MemoryDelivery.engaged,
-                                 MemoryDelivery.engaged_method, MemoryDelivery.delivered_at).where(
-        MemoryDelivery.memory_id.in_(list(arm_of)) & (MemoryDelivery.layer != "subagent")) if arm_of else []
+    rows = (
+        MemoryDelivery.select(
+            MemoryDelivery.memory_id,
+            MemoryDelivery.grade,
+            MemoryDelivery.engaged,
+            MemoryDelivery.engaged_method,
+            MemoryDelivery.delivered_at,
+        ).where(MemoryDelivery.memory_id.in_(list(arm_of)) & (MemoryDelivery.layer != "subagent"))
+        if arm_of
+        else []
+    )
     for r in rows:
         arm = arm_of[r.memory_id]
         s = stats[arm]
@@ -165,8 +194,11 @@ def session_outcomes(settings: Settings, versions: dict, now: dt.datetime | None
             counts = methods[arm].setdefault(r.engaged_method, [0, 0])
             counts[0] += int(bool(r.engaged))
             counts[1] += 1
-            if r.engaged_method == "lexical" and session_of[r.memory_id] in mature and \
-                    r.delivered_at <= closes[r.memory_id]:
+            if (
+                r.engaged_method == "lexical"
+                and session_of[r.memory_id] in mature
+                and r.delivered_at <= closes[r.memory_id]
+            ):
                 cell = per_session.setdefault(session_of[r.memory_id], {}).setdefault(arm, [0, 0])
                 cell[0] += int(bool(r.engaged))
                 cell[1] += 1
@@ -174,9 +206,15 @@ def session_outcomes(settings: Settings, versions: dict, now: dt.datetime | None
         s.memories_delivered = len(delivered[arm])
         s.graded = len(grades[arm])
         s.mean_grade = round(sum(grades[arm]) / len(grades[arm]), 4) if grades[arm] else None
-        s.engagement = {m: {"n": n, "engaged": e, "rate": round(e / n, 4) if n else None,
-                            "ci": tuple(None if x is None else round(x, 4) for x in wilson(e, n))}
-                        for m, (e, n) in sorted(methods[arm].items())}
+        s.engagement = {
+            m: {
+                "n": n,
+                "engaged": e,
+                "rate": round(e / n, 4) if n else None,
+                "ci": tuple(None if x is None else round(x, 4) for x in wilson(e, n)),
+            }
+            for m, (e, n) in sorted(methods[arm].items())
+        }
     return per_session, [stats["A"], stats["B"]]
 
 
@@ -187,7 +225,11 @@ def sprt(wins: int, losses: int, *, p1: float, alpha: float, beta: float, min_se
     upper, lower = math.log(1 / alpha), math.log(beta)
     tally = f"B won {wins}, lost {losses} sessions"
     if wins + losses < min_sessions:
-        return "continue", llr, f"thin data: {wins + losses} sessions decided < AB_MIN_SESSIONS {min_sessions} ({tally})"
+        return (
+            "continue",
+            llr,
+            f"thin data: {wins + losses} sessions decided < AB_MIN_SESSIONS {min_sessions} ({tally})",
+        )
     if llr >= upper:
         return "promote", llr, f"B wins: log LR {llr:.2f} >= {upper:.2f} ({tally})"
     if llr <= lower:
@@ -206,10 +248,25 @@ def evaluate(settings: Settings) -> Decision:
         if "A" in cells and "B" in cells:
             rate_a, rate_b = cells["A"][0] / cells["A"][1], cells["B"][0] / cells["B"][1]
             wins, losses, ties = wins + (rate_b > rate_a), losses + (rate_b < rate_a), ties + (rate_b == rate_a)
-    verdict, llr, why = sprt(wins, losses, p1=settings.AB_SPRT_P1, alpha=settings.AB_ALPHA, beta=settings.AB_BETA,
-                             min_sessions=settings.AB_MIN_SESSIONS)
-    d = Decision("continue", why, wins, losses, ties, round(llr, 4), round(math.log(1 / settings.AB_ALPHA), 4),
-                 round(math.log(settings.AB_BETA), 4), arms=[asdict(s) for s in arm_stats])
+    verdict, llr, why = sprt(
+        wins,
+        losses,
+        p1=settings.AB_SPRT_P1,
+        alpha=settings.AB_ALPHA,
+        beta=settings.AB_BETA,
+        min_sessions=settings.AB_MIN_SESSIONS,
+    )
+    d = Decision(
+        "continue",
+        why,
+        wins,
+        losses,
+        ties,
+        round(llr, 4),
+        round(math.log(1 / settings.AB_ALPHA), 4),
+        round(math.log(settings.AB_BETA), 4),
+        arms=[asdict(s) for s in arm_stats],
+    )
     if verdict != "promote":
         d.decision = verdict
         return d
@@ -242,18 +299,30 @@ def apply_decision(d: Decision, settings: Settings, *, by: str) -> dict:
     current = arms(settings)
     live = generation_rules.live(settings)
     evidence = {k: v for k, v in d.as_dict().items() if k != "arms"}
-    evidence["arms"] = [{k: s[k] for k in ("arm", "version", "memories", "sessions", "deliveries", "mean_grade",
-                                           "engagement")} for s in d.arms]
+    evidence["arms"] = [
+        {k: s[k] for k in ("arm", "version", "memories", "sessions", "deliveries", "mean_grade", "engagement")}
+        for s in d.arms
+    ]
     with memory_proxy.atomic():
         version = live.version
         if d.decision == "promote":
             version = _bump(live.version)
-            state.put(generation_rules.RULES_KEY, f"{live.text}\n- {current.b_instruction.strip()}", settings, by=by,
-                      reason=f"promoted B ({current.versions['B']}): {d.reason}", evidence=evidence)
-            state.put(generation_rules.VERSION_KEY, version, settings, by=by, reason=f"promotion of {current.versions['B']}")
+            state.put(
+                generation_rules.RULES_KEY,
+                f"{live.text}\n- {current.b_instruction.strip()}",
+                settings,
+                by=by,
+                reason=f"promoted B ({current.versions['B']}): {d.reason}",
+                evidence=evidence,
+            )
+            state.put(
+                generation_rules.VERSION_KEY, version, settings, by=by, reason=f"promotion of {current.versions['B']}"
+            )
         queue = list(current.queue)
         nxt = queue.pop(0) if queue else None
-        state.put(QUEUE_KEY, queue, settings, by=by, reason=f"{d.decision}: next candidate taken" if nxt else d.decision)
+        state.put(
+            QUEUE_KEY, queue, settings, by=by, reason=f"{d.decision}: next candidate taken" if nxt else d.decision
+        )
         state.put(B_KEY, nxt, settings, by=by, reason=f"{d.decision} of {current.versions['B']}", evidence=evidence)
         versions = {"A": version, "B": b_version(version, nxt) if nxt else None}
         state.put(VERSIONS_KEY, versions, settings, by=by, reason=f"{d.decision}: {d.reason}", evidence=evidence)

@@ -31,8 +31,9 @@ def shipped_text() -> str:
 
 def live(settings: Settings) -> Rules:
     """The live generation rules: machine-managed state, else what cairn ships."""
-    return Rules(str(state.get(VERSION_KEY, settings, SHIPPED_VERSION)),
-                 str(state.get(RULES_KEY, settings) or shipped_text()))
+    return Rules(
+        str(state.get(VERSION_KEY, settings, SHIPPED_VERSION)), str(state.get(RULES_KEY, settings) or shipped_text())
+    )
 
 
 def render(rules: Rules, scope: str, extra: str | None = None) -> str:

@@ -12,11 +12,11 @@ import os
 import shlex
 import shutil
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from cairn_cli.errors import InvalidInput
+from cairn_cli.files import atomic_write
 
 #: event -> (subcommand, timeout in seconds). UserPromptSubmit and Stop take no matcher.
 HOOKS: dict[str, tuple[str, int]] = {"UserPromptSubmit": ("prompt", 10), "Stop": ("stop", 30)}
@@ -26,8 +26,10 @@ _FIX = "fix the file by hand, then run the command again"
 
 def hook_entries(command: str) -> dict:
     """cairn's hooks in settings.json's `hooks` format, for the executable `command`."""
-    return {event: [{"hooks": [{"type": "command", "command": f"{command} hook {sub}", "timeout": timeout}]}]
-            for event, (sub, timeout) in HOOKS.items()}
+    return {
+        event: [{"hooks": [{"type": "command", "command": f"{command} hook {sub}", "timeout": timeout}]}]
+        for event, (sub, timeout) in HOOKS.items()
+    }
 
 
 def is_cairn_hook(hook: object) -> bool:
@@ -95,8 +97,9 @@ def unmerge(settings: dict) -> dict:
         return out
     hooks = _hooks_of(out)
     for event, groups in list(hooks.items()):
-        if not isinstance(groups, list) or not any(_is_group(g) and any(map(is_cairn_hook, g["hooks"]))
-                                                   for g in groups):
+        if not isinstance(groups, list) or not any(
+            _is_group(g) and any(map(is_cairn_hook, g["hooks"])) for g in groups
+        ):
             continue
         kept_groups = []
         for group in groups:
@@ -143,30 +146,17 @@ def render(settings: dict) -> str:
 
 def diff(old_text: str, new_text: str, path: Path | str) -> str:
     """A unified diff between two versions of the file at `path` ('' when they are equal)."""
-    lines = difflib.unified_diff(old_text.splitlines(keepends=True), new_text.splitlines(keepends=True),
-                                 fromfile=str(path), tofile=str(path))
+    lines = difflib.unified_diff(
+        old_text.splitlines(keepends=True), new_text.splitlines(keepends=True), fromfile=str(path), tofile=str(path)
+    )
     return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` via a temp file in the same directory and os.replace; keeps an existing file's mode.
-
-    A symlinked settings.json (dotfiles) is written through to its target, so the link survives.
-    """
-    path = Path(os.path.realpath(path))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write `text` atomically, keeping an existing file's mode (a new one: 0644, Claude Code's own files are not
+    secret); a symlinked settings.json (dotfiles) is written through to its target, so the link survives."""
+    real = os.path.realpath(path)
+    atomic_write(real, text, mode=os.stat(real).st_mode & 0o7777 if os.path.exists(real) else 0o644)
 
 
 @dataclass

@@ -21,6 +21,12 @@ class HookPayload:
 
     FIELDS = ("transcript_path", "cwd", "prompt", "agent_id", "agent_type", "last_assistant_message")
     __slots__ = ("event", "session_id", "stop_hook_active", *FIELDS)
+    transcript_path: str | None
+    cwd: str | None
+    prompt: str | None
+    agent_id: str | None
+    agent_type: str | None
+    last_assistant_message: str | None
 
     def __init__(self, event: str, session_id: str, stop_hook_active: bool = False, **fields: str | None):
         self.event, self.session_id, self.stop_hook_active = event, session_id, stop_hook_active
@@ -52,13 +58,19 @@ def parse_payload(raw: bytes | str, event: str) -> HookPayload:
         raise InvalidInput("the hook's stdin is not a JSON object", "Claude Code sends one JSON object")
     named = data.get("hook_event_name") or data.get("event")
     if named is not None and named != event:
-        raise InvalidInput(f"this is the {event} hook but the payload is for {named!r}",
-                           f"register `cairn hook {'prompt' if named == PROMPT_EVENT else 'stop'}` for {named}")
+        raise InvalidInput(
+            f"this is the {event} hook but the payload is for {named!r}",
+            f"register `cairn hook {'prompt' if named == PROMPT_EVENT else 'stop'}` for {named}",
+        )
     session = _str(data, "session_id")
     if not session or not session.strip():
         raise InvalidInput("the hook payload has no session_id", "check the hook's stdin JSON")
-    payload = HookPayload(event, session.strip(), bool(data.get("stop_hook_active")),
-                          **{name: _str(data, name) for name in HookPayload.FIELDS})
+    payload = HookPayload(
+        event,
+        session.strip(),
+        bool(data.get("stop_hook_active")),
+        **{name: _str(data, name) for name in HookPayload.FIELDS},
+    )
     if event == PROMPT_EVENT and (payload.prompt is None or not payload.prompt.strip()):
         raise InvalidInput("the UserPromptSubmit payload has no prompt", "check the hook's stdin JSON")
     return payload
@@ -77,8 +89,22 @@ def prompt_request(payload: HookPayload, scope_setting: str) -> dict:
     transcript = payload.transcript_path
     if transcript:
         transcript = os.path.expanduser(transcript)
-    return {"prompt": payload.prompt, "session_id": payload.session_id, "scope": hook_scope(payload, scope_setting),
-            "transcript": transcript, "k": None, "layer": "subagent" if payload.is_subagent else "prompt",
-            "turn": None, "log": True, "strict_scope": False, "with_rules": True,
-            "hook": {"transcript_path": transcript, "agent_id": payload.agent_id, "is_subagent": payload.is_subagent,
-                     "agent_type": payload.agent_type, "cwd": payload.cwd}}
+    return {
+        "prompt": payload.prompt,
+        "session_id": payload.session_id,
+        "scope": hook_scope(payload, scope_setting),
+        "transcript": transcript,
+        "k": None,
+        "layer": "subagent" if payload.is_subagent else "prompt",
+        "turn": None,
+        "log": True,
+        "strict_scope": False,
+        "with_rules": True,
+        "hook": {
+            "transcript_path": transcript,
+            "agent_id": payload.agent_id,
+            "is_subagent": payload.is_subagent,
+            "agent_type": payload.agent_type,
+            "cwd": payload.cwd,
+        },
+    }

@@ -29,10 +29,12 @@ class StopReport:
         if self.skipped:
             return f"session {self.session_id} turn {self.turn}: {self.skipped}"
         g, e = self.grades or {}, self.engagement or {}
-        return (f"session {self.session_id} turn {self.turn}: {len(self.memories)} memories written, "
-                f"{len(g.get('applied', []))} graded, {len(g.get('rejected', []))} grades rejected, "
-                f"{e.get('engaged', 0)}/{e.get('decided', 0)} engaged, {len(self.problems)} problems "
-                f"(response from {self.response_source})")
+        return (
+            f"session {self.session_id} turn {self.turn}: {len(self.memories)} memories written, "
+            f"{len(g.get('applied', []))} graded, {len(g.get('rejected', []))} grades rejected, "
+            f"{e.get('engaged', 0)}/{e.get('decided', 0)} engaged, {len(self.problems)} problems "
+            f"(response from {self.response_source})"
+        )
 
 
 def response_text(payload: HookPayload, wait_ms: int) -> tuple[str | None, str | None]:
@@ -60,21 +62,23 @@ def response_text(payload: HookPayload, wait_ms: int) -> tuple[str | None, str |
 def apply_stop(payload: HookPayload, settings: Settings, *, embed_with_model, embed) -> StopReport:
     """Apply the turn's [cm] block and engagement. `embed_with_model(texts)` -> (model, vectors) | None is used
     for new memories, `embed(texts)` -> vectors | None for the semantic engagement test."""
-    from cairn_cli.core.store import hookstate
+    from cairn_cli.core.experiment.rules import live
     from cairn_cli.core.labels.cm import parse_cm
     from cairn_cli.core.labels.engagement import engagement_decisions, turn_memories, write_decisions
     from cairn_cli.core.labels.grades import apply_relevance_grades
+    from cairn_cli.core.store import hookstate
     from cairn_cli.core.store.memories import add_memories, embedding_text
-    from cairn_cli.core.experiment.rules import live
-    from cairn_cli.core.store import open_stores
     from cairn_cli.core.text import sha256
     from cairn_cli.db.tables import MemoryDelivery, ephemeral_proxy, memory_proxy
 
-    open_stores(settings)
     row = hookstate.latest_main_turn(payload.session_id)
     if row is None:
-        last = (MemoryDelivery.select(MemoryDelivery.turn).where(MemoryDelivery.session_id == payload.session_id)
-                .order_by(MemoryDelivery.turn.desc()).first())
+        last = (
+            MemoryDelivery.select(MemoryDelivery.turn)
+            .where(MemoryDelivery.session_id == payload.session_id)
+            .order_by(MemoryDelivery.turn.desc())
+            .first()
+        )
         turn = last.turn if last else None
     else:
         turn = row.turn
@@ -83,8 +87,9 @@ def apply_stop(payload: HookPayload, settings: Settings, *, embed_with_model, em
         if row is not None:
             events = list((row.data or {}).get("subagent_stops", []))
             if payload.agent_id not in [e.get("agent_id") for e in events]:
-                hookstate.update_data(row, subagent_stops=events + [{"agent_id": payload.agent_id,
-                                                                     "agent_type": payload.agent_type}])
+                hookstate.update_data(
+                    row, subagent_stops=events + [{"agent_id": payload.agent_id, "agent_type": payload.agent_type}]
+                )
         report.skipped = f"subagent {payload.agent_id} stop recorded; subagents are not graded"
         return report
     text, report.response_source = response_text(payload, settings.HOOK_TRANSCRIPT_WAIT_MS)
@@ -125,10 +130,19 @@ def apply_stop(payload: HookPayload, settings: Settings, *, embed_with_model, em
         elif cm.grades:
             report.problems.append("grades ignored: no turn of this session was ranked")
         write_decisions(decisions)
-        report.engagement = {"engaged": sum(d.engaged for d in decisions), "decided": len(decisions),
-                             "decisions": [vars(d) for d in decisions]}
+        report.engagement = {
+            "engaged": sum(d.engaged for d in decisions),
+            "decided": len(decisions),
+            "decisions": [vars(d) for d in decisions],
+        }
         if row is not None:
-            hookstate.update_data(row, stop={"response_sha256": digest, "memories": len(report.memories),
-                                             "graded": len((report.grades or {}).get("applied", [])),
-                                             "engaged": report.engagement["engaged"]})
+            hookstate.update_data(
+                row,
+                stop={
+                    "response_sha256": digest,
+                    "memories": len(report.memories),
+                    "graded": len((report.grades or {}).get("applied", [])),
+                    "engaged": report.engagement["engaged"],
+                },
+            )
     return report

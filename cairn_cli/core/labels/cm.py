@@ -37,10 +37,16 @@ class CmBlock:
     problems: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
-        return {"found": self.found, "memories": [m.content for m in self.memories],
-                "grades": [{"memory_id": g.memory_id, "grade": g.grade, "hard_negative": g.hard_negative}
-                           for g in self.grades],
-                "corroborate": self.corroborate, "contradict": self.contradict, "problems": self.problems}
+        return {
+            "found": self.found,
+            "memories": [m.content for m in self.memories],
+            "grades": [
+                {"memory_id": g.memory_id, "grade": g.grade, "hard_negative": g.hard_negative} for g in self.grades
+            ],
+            "corroborate": self.corroborate,
+            "contradict": self.contradict,
+            "problems": self.problems,
+        }
 
 
 def strip_block(text: str) -> str:
@@ -57,10 +63,10 @@ def parse_grade(item: object) -> Grade:
     elif isinstance(item, str):
         m = _GRADE.match(item)
         if not m:
-            raise ValueError(f"grade item {item[:40]!r} is not \"id:grade\" (e.g. \"12:3\" or \"15:0!\")")
+            raise ValueError(f'grade item {item[:40]!r} is not "id:grade" (e.g. "12:3" or "15:0!")')
         mid, grade, hard = int(m.group(1)), int(m.group(2)), bool(m.group(3))
     else:
-        raise ValueError(f"grade item {item!r:.40} is not a string \"id:grade\"")
+        raise ValueError(f'grade item {item!r:.40} is not a string "id:grade"')
     if not 0 <= grade <= MAX_GRADE:
         raise ValueError(f"grade {grade} for memory {mid} is outside 0-{MAX_GRADE}")
     if hard and grade != 0:

@@ -18,24 +18,105 @@ that thresholds can be calibrated against grades later.
 
 from __future__ import annotations
 
-import datetime as dt
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
+from cairn_cli.clock import utcnow
 from cairn_cli.config import Settings
 from cairn_cli.core.text import STOP_WORDS, stem, term_set
 
 LEXICAL, SEMANTIC = "lexical", "semantic"
 
 # Words a coding agent's response contains whatever it is about: sharing them is not evidence of use.
-GENERIC_WORDS = frozenset("""
-add added adding also answer approach available back better call called case change changed changes check code
-command commands content current default different done error example fix fixed following good help here issue
-just keep know like line lines look looks make makes name new next note now number option output part point
-problem question read result right run running see set should show simple start step sure thing things think
-time try true false update used value values want way work works write
-""".split())
+GENERIC_WORDS = frozenset(
+    [
+        "add",
+        "added",
+        "adding",
+        "also",
+        "answer",
+        "approach",
+        "available",
+        "back",
+        "better",
+        "call",
+        "called",
+        "case",
+        "change",
+        "changed",
+        "changes",
+        "check",
+        "code",
+        "command",
+        "commands",
+        "content",
+        "current",
+        "default",
+        "different",
+        "done",
+        "error",
+        "example",
+        "fix",
+        "fixed",
+        "following",
+        "good",
+        "help",
+        "here",
+        "issue",
+        "just",
+        "keep",
+        "know",
+        "like",
+        "line",
+        "lines",
+        "look",
+        "looks",
+        "make",
+        "makes",
+        "name",
+        "new",
+        "next",
+        "note",
+        "now",
+        "number",
+        "option",
+        "output",
+        "part",
+        "point",
+        "problem",
+        "question",
+        "read",
+        "result",
+        "right",
+        "run",
+        "running",
+        "see",
+        "set",
+        "should",
+        "show",
+        "simple",
+        "start",
+        "step",
+        "sure",
+        "thing",
+        "things",
+        "think",
+        "time",
+        "try",
+        "true",
+        "false",
+        "update",
+        "used",
+        "value",
+        "values",
+        "want",
+        "way",
+        "work",
+        "works",
+        "write",
+    ]
+)
 _GENERIC_STEMS = frozenset(stem(w) for w in GENERIC_WORDS) | frozenset(stem(w) for w in STOP_WORDS)
 
 Embed = Callable[[list[str]], "Sequence[Sequence[float]] | None"]
@@ -46,7 +127,9 @@ def distinctive_terms(content: str, keywords: Sequence[str] = ()) -> set[str]:
     return {t for t in term_set(" ".join([content, *keywords])) if t not in _GENERIC_STEMS}
 
 
-def lexical_overlap(memory_terms: set[str], response_terms: set[str], prompt_terms: set[str]) -> tuple[float, list[str]]:
+def lexical_overlap(
+    memory_terms: set[str], response_terms: set[str], prompt_terms: set[str]
+) -> tuple[float, list[str]]:
     """(overlap coefficient of the memory's distinctive terms and the response's terms, the prompt's removed from
     both; the terms used). The denominator is the smaller side: for a reply longer than the memory (the usual case)
     it is the share of the memory the reply uses; for a short reply, the share of what it says that came from the
@@ -111,8 +194,16 @@ class Decision:
     terms_used: list[str] = field(default_factory=list)
 
 
-def decide(memories: list[MemoryText], response: str, prompt: str, *, lexical_min: float, semantic_min: float,
-           chunk_chars: int, embed: Embed | None = None) -> tuple[list[Decision], list[str]]:
+def decide(
+    memories: list[MemoryText],
+    response: str,
+    prompt: str,
+    *,
+    lexical_min: float,
+    semantic_min: float,
+    chunk_chars: int,
+    embed: Embed | None = None,
+) -> tuple[list[Decision], list[str]]:
     """Decide engagement for each memory. `embed` (texts -> unit or raw vectors, or None when no embedder
     answers) enables the semantic second chance. Returns the decisions and notes."""
     notes: list[str] = []
@@ -120,8 +211,11 @@ def decide(memories: list[MemoryText], response: str, prompt: str, *, lexical_mi
     decisions = []
     for m in memories:
         ratio, used = lexical_overlap(distinctive_terms(m.content, m.keywords), response_terms, prompt_terms)
-        decisions.append(Decision(m.memory_id, m.delivery_id, ratio >= lexical_min, round(ratio, 6), LEXICAL,
-                                  round(ratio, 6), None, used))
+        decisions.append(
+            Decision(
+                m.memory_id, m.delivery_id, ratio >= lexical_min, round(ratio, 6), LEXICAL, round(ratio, 6), None, used
+            )
+        )
     second = [i for i, d in enumerate(decisions) if not d.engaged]
     parts = chunks(response, chunk_chars)
     if second and parts and embed is not None:
@@ -129,10 +223,12 @@ def decide(memories: list[MemoryText], response: str, prompt: str, *, lexical_mi
         if vectors is None:
             notes.append("semantic second chance skipped: no embedder answered (lexical only)")
         elif len(vectors) != len(second) + len(parts):
-            notes.append(f"semantic second chance skipped: the embedder answered {len(vectors)} vectors for "
-                         f"{len(second) + len(parts)} texts")
+            notes.append(
+                f"semantic second chance skipped: the embedder answered {len(vectors)} vectors for "
+                f"{len(second) + len(parts)} texts"
+            )
         else:
-            mem_vecs, chunk_vecs = vectors[:len(second)], vectors[len(second):]
+            mem_vecs, chunk_vecs = vectors[: len(second)], vectors[len(second) :]
             for i, vec in zip(second, mem_vecs):
                 best = max(_cos(vec, c) for c in chunk_vecs)
                 d = decisions[i]
@@ -152,54 +248,82 @@ class EngagementReport:
     notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
-        return {"session_id": self.session_id, "turn": self.turn, "notes": self.notes,
-                "engaged": sum(d.engaged for d in self.decisions), "decided": len(self.decisions),
-                "decisions": [vars(d) for d in self.decisions]}
+        return {
+            "session_id": self.session_id,
+            "turn": self.turn,
+            "notes": self.notes,
+            "engaged": sum(d.engaged for d in self.decisions),
+            "decided": len(self.decisions),
+            "decisions": [vars(d) for d in self.decisions],
+        }
 
 
 def turn_memories(session_id: str, turn: int) -> list[MemoryText]:
     """The memories delivered in that turn, with their delivery ids (stores already open)."""
     from cairn_cli.db.tables import Memory, MemoryDelivery
 
-    rows = list(MemoryDelivery.select().where((MemoryDelivery.session_id == session_id) &
-                                              (MemoryDelivery.turn == turn)).order_by(MemoryDelivery.rank))
+    rows = list(
+        MemoryDelivery.select()
+        .where((MemoryDelivery.session_id == session_id) & (MemoryDelivery.turn == turn))
+        .order_by(MemoryDelivery.rank)
+    )
     mems = {m.id: m for m in Memory.select().where(Memory.id.in_([r.memory_id for r in rows]))} if rows else {}
-    return [MemoryText(r.memory_id, mems[r.memory_id].content, list(mems[r.memory_id].keywords), r.id)
-            for r in rows if r.memory_id in mems]
+    return [
+        MemoryText(r.memory_id, mems[r.memory_id].content, list(mems[r.memory_id].keywords), r.id)
+        for r in rows
+        if r.memory_id in mems
+    ]
 
 
-def engagement_decisions(memories: list[MemoryText], response: str, prompt: str, settings: Settings,
-                         embed: Embed | None) -> tuple[list[Decision], list[str]]:
+def engagement_decisions(
+    memories: list[MemoryText], response: str, prompt: str, settings: Settings, embed: Embed | None
+) -> tuple[list[Decision], list[str]]:
     """`decide` with the thresholds in force (the semantic one calibrated, else configured; only when enabled)."""
-    from cairn_cli.core.learning.calibration import engagement_semantic_min
     from cairn_cli.core.labels.cm import strip_block
+    from cairn_cli.core.learning.calibration import engagement_semantic_min
 
-    return decide(memories, strip_block(response), prompt, lexical_min=settings.ENGAGEMENT_LEXICAL_MIN,
-                  semantic_min=engagement_semantic_min(settings), chunk_chars=settings.ENGAGEMENT_CHUNK_CHARS,
-                  embed=embed if settings.ENGAGEMENT_SEMANTIC_ENABLED else None)
+    return decide(
+        memories,
+        strip_block(response),
+        prompt,
+        lexical_min=settings.ENGAGEMENT_LEXICAL_MIN,
+        semantic_min=engagement_semantic_min(settings),
+        chunk_chars=settings.ENGAGEMENT_CHUNK_CHARS,
+        embed=embed if settings.ENGAGEMENT_SEMANTIC_ENABLED else None,
+    )
 
 
 def write_decisions(decisions: list[Decision]) -> None:
     """Store each decision on its delivery row (the caller holds the transaction)."""
     from cairn_cli.db.tables import MemoryDelivery
 
-    now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    now = utcnow()
     for d in decisions:
-        MemoryDelivery.update(engaged=d.engaged, engaged_score=d.score, engaged_method=d.method,
-                              engaged_lexical=d.lexical, engaged_semantic=d.semantic, engaged_at=now
-                              ).where(MemoryDelivery.id == d.delivery_id).execute()
+        MemoryDelivery.update(
+            engaged=d.engaged,
+            engaged_score=d.score,
+            engaged_method=d.method,
+            engaged_lexical=d.lexical,
+            engaged_semantic=d.semantic,
+            engaged_at=now,
+        ).where(MemoryDelivery.id == d.delivery_id).execute()
 
 
-def apply_engagement(session_id: str, response: str, settings: Settings, *, turn: int | None = None,
-                     prompt: str | None = None, embed: Embed | None = None) -> EngagementReport:
+def apply_engagement(
+    session_id: str,
+    response: str,
+    settings: Settings,
+    *,
+    turn: int | None = None,
+    prompt: str | None = None,
+    embed: Embed | None = None,
+) -> EngagementReport:
     """Decide and store engagement for each delivery of the turn (default: the session's latest). Idempotent:
     the same response gives the same rows. The prompt defaults to the one the prompt hook recorded."""
-    from cairn_cli.core.store.hookstate import turn_prompt
     from cairn_cli.core.labels.grades import latest_turn
-    from cairn_cli.core.store import open_stores
+    from cairn_cli.core.store.hookstate import turn_prompt
     from cairn_cli.db.tables import ephemeral_proxy
 
-    open_stores(settings)
     turn = latest_turn(session_id, settings) if turn is None else turn
     report = EngagementReport(session_id, turn)
     if prompt is None:

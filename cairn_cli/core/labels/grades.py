@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass, field
 
+from cairn_cli.clock import utcnow
 from cairn_cli.config import Settings
 from cairn_cli.core.labels.cm import CmBlock
-from cairn_cli.core.store import open_stores
 from cairn_cli.errors import NotFound
 
 
@@ -31,7 +30,6 @@ def latest_turn(session_id: str, settings: Settings) -> int:
 
     from cairn_cli.db.tables import MemoryDelivery
 
-    open_stores(settings)
     turn = MemoryDelivery.select(fn.MAX(MemoryDelivery.turn)).where(MemoryDelivery.session_id == session_id).scalar()
     if turn is None:
         raise NotFound(f"session {session_id!r} has no deliveries", "check the session id with `cairn deliveries`")
@@ -54,31 +52,42 @@ def apply_relevance_grades(cm: CmBlock, session_id: str, settings: Settings, *, 
     from cairn_cli.core.store.memories import confidence_of
     from cairn_cli.db.tables import Memory, MemoryDelivery, ephemeral_proxy, memory_proxy
 
-    open_stores(settings)
     turn = latest_turn(session_id, settings) if turn is None else turn
     report = GradeReport(session_id, turn, problems=list(cm.problems))
-    now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    now = utcnow()
     with ephemeral_proxy.atomic():
-        delivered = {d.memory_id: d for d in MemoryDelivery.select().where(
-            (MemoryDelivery.session_id == session_id) & (MemoryDelivery.turn == turn))}
+        delivered = {
+            d.memory_id: d
+            for d in MemoryDelivery.select().where(
+                (MemoryDelivery.session_id == session_id) & (MemoryDelivery.turn == turn)
+            )
+        }
         for g in cm.grades:
             row = delivered.get(g.memory_id)
             if row is None:
-                report.rejected.append({"memory_id": g.memory_id, "grade": g.grade,
-                                        "reason": f"memory {g.memory_id} was not delivered in turn {turn}"})
+                report.rejected.append(
+                    {
+                        "memory_id": g.memory_id,
+                        "grade": g.grade,
+                        "reason": f"memory {g.memory_id} was not delivered in turn {turn}",
+                    }
+                )
                 continue
             if row.grade != g.grade or bool(row.hard_negative) != g.hard_negative or row.graded_at is None:
                 row.grade, row.hard_negative = g.grade, g.hard_negative
                 row.graded_at = now
                 row.save()
-            report.applied.append({"delivery_id": row.id, "memory_id": g.memory_id, "grade": g.grade,
-                                   "hard_negative": g.hard_negative})
+            report.applied.append(
+                {"delivery_id": row.id, "memory_id": g.memory_id, "grade": g.grade, "hard_negative": g.hard_negative}
+            )
         hook = _hook_row(session_id, turn)
         data = dict(hook.data or {})
         done = {"cu": set(data.get("cu_applied", [])), "-!": set(data.get("contradict_applied", []))}
         with memory_proxy.atomic():
-            for key, ids, out in (("cu", cm.corroborate, report.corroborated), ("-!", cm.contradict,
-                                                                               report.contradicted)):
+            for key, ids, out in (
+                ("cu", cm.corroborate, report.corroborated),
+                ("-!", cm.contradict, report.contradicted),
+            ):
                 for memory_id in ids:
                     mem = Memory.get_or_none(Memory.id == memory_id)
                     if mem is None:

@@ -47,8 +47,10 @@ def propose_floor(scores_by_grade: dict[int, list[float]], keep: float, *, min_g
     top = sorted(scores_by_grade.get(3, ()), reverse=True)
     needed = max(1, min_grade3)
     if len(top) < needed:
-        raise InvalidInput(f"only {len(top)} grade-3 score(s); calibrating needs at least {needed}",
-                           "grade more deliveries first, or lower --min-grade3")
+        raise InvalidInput(
+            f"only {len(top)} grade-3 score(s); calibrating needs at least {needed}",
+            "grade more deliveries first, or lower --min-grade3",
+        )
     if not 0.0 < keep <= 1.0:
         raise InvalidInput(f"keep must be in (0, 1], not {keep}", "pass --keep 0.95")
     kept = max(1, math.ceil(keep * len(top) - 1e-9))  # tolerance for float error: 0.55 * 100 = 55.00000000000001
@@ -84,19 +86,27 @@ class CalibrationReport:
 
     def as_dict(self) -> dict:
         """JSON-ready (string grade keys, no raw scores)."""
-        return {"target": self.target, "model": self.model, "key": self.key, "keep": self.keep,
-                "current": self.current, "proposal": self.proposal,
-                "counts": {str(g): n for g, n in self.counts.items()},
-                "now": {str(g): row for g, row in self.now.items()},
-                "proposed": {str(g): row for g, row in self.proposed.items()}, "notes": self.notes}
+        return {
+            "target": self.target,
+            "model": self.model,
+            "key": self.key,
+            "keep": self.keep,
+            "current": self.current,
+            "proposal": self.proposal,
+            "counts": {str(g): n for g, n in self.counts.items()},
+            "now": {str(g): row for g, row in self.now.items()},
+            "proposed": {str(g): row for g, row in self.proposed.items()},
+            "notes": self.notes,
+        }
 
 
 def _reranker_scores(model: str) -> dict[int, list[float]]:
     from cairn_cli.db.tables import MemoryDelivery
 
     out: dict[int, list[float]] = {g: [] for g in GRADES}
-    rows = (MemoryDelivery.select(MemoryDelivery.grade, MemoryDelivery.score_components)
-            .where((MemoryDelivery.reranker_model == model) & MemoryDelivery.grade.is_null(False)))
+    rows = MemoryDelivery.select(MemoryDelivery.grade, MemoryDelivery.score_components).where(
+        (MemoryDelivery.reranker_model == model) & MemoryDelivery.grade.is_null(False)
+    )
     for row in rows:
         score = (row.score_components or {}).get("reranker_score")
         if row.grade in out and isinstance(score, (int, float)) and not isinstance(score, bool):
@@ -108,8 +118,9 @@ def _engagement_scores() -> dict[int, list[float]]:
     from cairn_cli.db.tables import MemoryDelivery
 
     out: dict[int, list[float]] = {g: [] for g in GRADES}
-    rows = (MemoryDelivery.select(MemoryDelivery.grade, MemoryDelivery.engaged_semantic)
-            .where(MemoryDelivery.grade.is_null(False) & MemoryDelivery.engaged_semantic.is_null(False)))
+    rows = MemoryDelivery.select(MemoryDelivery.grade, MemoryDelivery.engaged_semantic).where(
+        MemoryDelivery.grade.is_null(False) & MemoryDelivery.engaged_semantic.is_null(False)
+    )
     for row in rows:
         if row.grade in out:
             out[row.grade].append(row.engaged_semantic)
@@ -119,53 +130,75 @@ def _engagement_scores() -> dict[int, list[float]]:
 def _graded_models() -> list[str]:
     from cairn_cli.db.tables import MemoryDelivery
 
-    return [r.reranker_model for r in MemoryDelivery.select(MemoryDelivery.reranker_model).distinct()
-            .where(MemoryDelivery.grade.is_null(False)).order_by(MemoryDelivery.reranker_model)]
+    return [
+        r.reranker_model
+        for r in MemoryDelivery.select(MemoryDelivery.reranker_model)
+        .distinct()
+        .where(MemoryDelivery.grade.is_null(False))
+        .order_by(MemoryDelivery.reranker_model)
+    ]
 
 
-def calibrate(settings: Settings, *, target: str = RERANKER, model: str | None = None, keep: float = 0.95,
-              min_grade3: int = 20) -> CalibrationReport:
+def calibrate(
+    settings: Settings, *, target: str = RERANKER, model: str | None = None, keep: float = 0.95, min_grade3: int = 20
+) -> CalibrationReport:
     """Propose a threshold for `target` from the graded deliveries (reranker: of `model`, default the live one)."""
     from cairn_cli.core.ranking.reranking import FLOOR_KEY
-    from cairn_cli.core.store import open_stores
     from cairn_cli.ml.reranker import NONE
 
-    open_stores(settings)
     notes: list[str] = []
     if target == ENGAGEMENT:
         model, key, current = None, ENGAGEMENT_KEY, engagement_semantic_min(settings)
         scores = _engagement_scores()
         if not any(scores.values()):
-            raise NotFound("no graded deliveries with a semantic-engagement cosine",
-                           "run `cairn grade` and `cairn engage` with the daemon's embedder first")
+            raise NotFound(
+                "no graded deliveries with a semantic-engagement cosine",
+                "run `cairn grade` and `cairn engage` with the daemon's embedder first",
+            )
     elif target == RERANKER:
         if model is None:
             from cairn_cli.core.ranking.reranking import resolve
 
             model = resolve(settings).name
         if model == NONE:
-            raise InvalidInput("the live reranker is none: there is no floor to calibrate",
-                               "pass --model with the reranker_model of graded deliveries")
+            raise InvalidInput(
+                "the live reranker is none: there is no floor to calibrate",
+                "pass --model with the reranker_model of graded deliveries",
+            )
         key, current = FLOOR_KEY.format(model), current_floor(model, settings)
         scores = _reranker_scores(model)
         if not any(scores.values()):
             graded = ", ".join(_graded_models()) or "none"
-            raise NotFound(f"no graded deliveries with a reranker_score for {model}",
-                           f"pass --model; models with graded deliveries: {graded}")
+            raise NotFound(
+                f"no graded deliveries with a reranker_score for {model}",
+                f"pass --model; models with graded deliveries: {graded}",
+            )
         if current is None:
             notes.append(f"{model} has no configured floor: nothing is dropped now")
     else:
         raise InvalidInput(f"unknown target {target!r}", f"pass --target {RERANKER} or --target {ENGAGEMENT}")
     proposal = propose_floor(scores, keep, min_grade3=min_grade3)
-    return CalibrationReport(target, model, key, keep, current, proposal, drop_table(scores, current),
-                             drop_table(scores, proposal), notes, scores)
+    return CalibrationReport(
+        target,
+        model,
+        key,
+        keep,
+        current,
+        proposal,
+        drop_table(scores, current),
+        drop_table(scores, proposal),
+        notes,
+        scores,
+    )
 
 
 def apply(report: CalibrationReport, settings: Settings) -> bool:
     """Write the proposal to machine state with its evidence; False when it was already the value."""
     g3, g0 = report.proposed[3], report.proposed[0]
-    reason = (f"keeps {g3['n'] - g3['dropped']}/{g3['n']} grade-3 (target {report.keep:.0%}) and drops "
-              f"{g0['dropped']}/{g0['n']} grade-0; was {report.current}")
+    reason = (
+        f"keeps {g3['n'] - g3['dropped']}/{g3['n']} grade-3 (target {report.keep:.0%}) and drops "
+        f"{g0['dropped']}/{g0['n']} grade-0; was {report.current}"
+    )
     d = report.as_dict()
     evidence = {k: d[k] for k in ("counts", "keep", "current", "now", "proposed")}
     return state.put(report.key, report.proposal, settings, by=APPLIED_BY, reason=reason, evidence=evidence)
@@ -196,7 +229,9 @@ def plot(report: CalibrationReport, path: Path) -> Path:
     what = "semantic-engagement threshold" if report.target == ENGAGEMENT else f"floor of {report.model}"
     current = "none" if report.current is None else f"{report.current:.6g}"
     counts = ", ".join(f"g{g}={report.now[g]['n']}" for g in sorted(GRADES, reverse=True))
-    fig.suptitle(f"{what}\ncurrent {current} -> proposed {report.proposal:.6g} "
-                 f"(keep {report.keep:.0%} of grade 3); {counts}", fontsize=10)
+    fig.suptitle(
+        f"{what}\ncurrent {current} -> proposed {report.proposal:.6g} (keep {report.keep:.0%} of grade 3); {counts}",
+        fontsize=10,
+    )
     fig.savefig(path, format="png", dpi=100)
     return path

@@ -18,15 +18,17 @@ import json
 import math
 import os
 import random
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from cairn_cli import config
+from cairn_cli.clock import iso_now, utcnow
 from cairn_cli.config import Settings
+from cairn_cli.core.metrics import ndcg
 from cairn_cli.core.store import state
-from cairn_cli.core.store import open_stores
 from cairn_cli.errors import InvalidInput, NotFound
+from cairn_cli.files import atomic_write, private_dir
 
 SILVER_NAME = "relevance_silver.jsonl"
 STATE_KEY = "reranker_training"  # the last attempt: when, on how many labels, the numbers, the outcome
@@ -58,16 +60,25 @@ def query_key(query: str) -> str:
 
 # -- data -------------------------------------------------------------------------------------------------------
 
+
 def graded_rows(settings: Settings) -> list[LabelRow]:
     """Every graded delivery as a label row (the memory's current text; query = the delivery's context window)."""
     from cairn_cli.db.tables import Memory, MemoryDelivery
 
-    open_stores(settings)
     rows = list(MemoryDelivery.select().where(MemoryDelivery.grade.is_null(False)).order_by(MemoryDelivery.id))
-    texts = {m.id: m.content for m in Memory.select(Memory.id, Memory.content)
-             .where(Memory.id.in_({r.memory_id for r in rows}))} if rows else {}
-    return [LabelRow(r.context_window, texts[r.memory_id], int(r.grade), bool(r.hard_negative), r.context_key, r.id)
-            for r in rows if r.memory_id in texts]
+    texts = (
+        {
+            m.id: m.content
+            for m in Memory.select(Memory.id, Memory.content).where(Memory.id.in_({r.memory_id for r in rows}))
+        }
+        if rows
+        else {}
+    )
+    return [
+        LabelRow(r.context_window, texts[r.memory_id], int(r.grade), bool(r.hard_negative), r.context_key, r.id)
+        for r in rows
+        if r.memory_id in texts
+    ]
 
 
 def engagement_rows(settings: Settings, *, min_pos: float) -> list[LabelRow]:
@@ -77,30 +88,46 @@ def engagement_rows(settings: Settings, *, min_pos: float) -> list[LabelRow]:
     from cairn_cli.core.labels.engagement import LEXICAL, SEMANTIC
     from cairn_cli.db.tables import Memory, MemoryDelivery
 
-    open_stores(settings)
-    rows = list(MemoryDelivery.select().where(MemoryDelivery.grade.is_null() & MemoryDelivery.engaged.is_null(False)
-                                              & MemoryDelivery.engaged_method.in_([LEXICAL, SEMANTIC]))
-                .order_by(MemoryDelivery.id))
-    texts = {m.id: m.content for m in Memory.select(Memory.id, Memory.content)
-             .where(Memory.id.in_({r.memory_id for r in rows}))} if rows else {}
+    rows = list(
+        MemoryDelivery.select()
+        .where(
+            MemoryDelivery.grade.is_null()
+            & MemoryDelivery.engaged.is_null(False)
+            & MemoryDelivery.engaged_method.in_([LEXICAL, SEMANTIC])
+        )
+        .order_by(MemoryDelivery.id)
+    )
+    texts = (
+        {
+            m.id: m.content
+            for m in Memory.select(Memory.id, Memory.content).where(Memory.id.in_({r.memory_id for r in rows}))
+        }
+        if rows
+        else {}
+    )
     out = []
     for r in rows:
         if r.memory_id not in texts:
             continue
         if r.engaged and r.engaged_method == LEXICAL and (r.engaged_score or 0.0) < min_pos:
             continue
-        out.append(LabelRow(r.context_window, texts[r.memory_id], 3 if r.engaged else 0, False, r.context_key, r.id,
-                            "engagement"))
+        out.append(
+            LabelRow(
+                r.context_window, texts[r.memory_id], 3 if r.engaged else 0, False, r.context_key, r.id, "engagement"
+            )
+        )
     return out
 
 
 def write_jsonl(rows: list[LabelRow], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        for r in rows:
-            fh.write(json.dumps({k: v for k, v in asdict(r).items() if k != "source"}, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
+    """The label rows as JSONL, written atomically and private (they hold prompts and memories)."""
+    private_dir(path.parent)
+    atomic_write(
+        path,
+        "".join(
+            json.dumps({k: v for k, v in asdict(r).items() if k != "source"}, ensure_ascii=False) + "\n" for r in rows
+        ),
+    )
 
 
 def read_jsonl(path: Path) -> list[LabelRow]:
@@ -123,8 +150,16 @@ def read_jsonl(path: Path) -> list[LabelRow]:
                 raise InvalidInput(f"{path}:{n}: query and memory must be non-empty strings", "fix that line")
             if not isinstance(grade, int) or isinstance(grade, bool) or not 0 <= grade <= 3:
                 raise InvalidInput(f"{path}:{n}: grade must be an integer 0-3", "fix that line")
-            out.append(LabelRow(query, memory, grade, bool(obj.get("hard_negative", False)),
-                                str(obj.get("query_key") or query_key(query)), obj.get("delivery_id")))
+            out.append(
+                LabelRow(
+                    query,
+                    memory,
+                    grade,
+                    bool(obj.get("hard_negative", False)),
+                    str(obj.get("query_key") or query_key(query)),
+                    obj.get("delivery_id"),
+                )
+            )
     return out
 
 
@@ -154,6 +189,7 @@ def make_pairs(rows: list[LabelRow], keys: set[str], *, min_gap: int) -> list[tu
 
 # -- scoring ----------------------------------------------------------------------------------------------------
 
+
 def agreement(scorer: Scorer, pairs: list[tuple[str, str, str, str]]) -> float:
     """Share of pairs the scorer orders like the grades (a tie counts half)."""
     if not pairs:
@@ -179,13 +215,11 @@ def ndcg_at(scorer: Scorer, rows: list[LabelRow], keys: set[str], k: int = 10) -
             by_key.setdefault(r.query_key, []).append(r)
     values = []
     for group in by_key.values():
-        ideal = sorted((r.grade for r in group), reverse=True)[:k]
-        idcg = sum((2 ** g - 1) / math.log2(i + 2) for i, g in enumerate(ideal))
-        if idcg == 0:
+        if not any(r.grade for r in group):
             continue
         scores = scorer(group[0].query, [r.memory for r in group])
-        ranked = [r for _, r in sorted(zip(scores, group), key=lambda x: -x[0])][:k]
-        values.append(sum((2 ** r.grade - 1) / math.log2(i + 2) for i, r in enumerate(ranked)) / idcg)
+        ranked = [r.grade for _, r in sorted(zip(scores, group), key=lambda x: -x[0])]
+        values.append(ndcg(ranked, [r.grade for r in group], k))
     return sum(values) / len(values) if values else float("nan")
 
 
@@ -198,15 +232,20 @@ def composite_scorer(settings: Settings) -> Scorer:
     from cairn_cli.ml.models import get_encoder
 
     encoder = get_encoder(settings.EMBED_MODEL, settings.EMBED_DTYPE)
-    now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    now = utcnow()
 
     def score(query: str, texts: list[str]) -> list[float]:
         vecs = encoder.encode([query] + texts)
         table = ScoringTable([], settings.KEYWORD_FIELD_WEIGHT, dim=encoder.dim)
         for i, (text, vec) in enumerate(zip(texts, vecs[1:])):
             table.upsert(Candidate(i, text, [], "global", "fact", 0.75, now), vec)
-        scored = table.score(query, table.similarities(np.asarray(vecs[0])), scope=None, weights=settings.weights(),
-                             half_life_days=settings.RECENCY_HALF_LIFE_DAYS)
+        scored = table.score(
+            query,
+            table.similarities(np.asarray(vecs[0])),
+            scope=None,
+            weights=settings.weights(),
+            half_life_days=settings.RECENCY_HALF_LIFE_DAYS,
+        )
         by_id = {s.candidate.id: s.score for s in scored}
         return [by_id[i] for i in range(len(texts))]
 
@@ -233,6 +272,7 @@ def incumbent(settings: Settings) -> Incumbent:
 
 # -- deployment -------------------------------------------------------------------------------------------------
 
+
 def versions_dir(student: Path) -> Path:
     return student.parent / f"{student.name}.versions"
 
@@ -255,8 +295,8 @@ def deploy(model_dir: Path, student: Path) -> Path | None:
 
 def new_version_dir(student: Path) -> Path:
     root = versions_dir(student)
-    root.mkdir(parents=True, exist_ok=True)
-    return root / f"{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%S%fZ}-{os.getpid()}"
+    private_dir(root)
+    return root / f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S%fZ}-{os.getpid()}"
 
 
 def rollback(settings: Settings) -> dict:
@@ -268,16 +308,13 @@ def rollback(settings: Settings) -> dict:
         raise NotFound("there is no previous student to roll back to", "train and deploy one first")
     current = str(student.resolve()) if student.is_symlink() else None
     deploy(Path(previous), student)
-    value = {**record, "version": previous, "previous": current, "rolled_back_at": _now()}
+    value = {**record, "version": previous, "previous": current, "rolled_back_at": iso_now()}
     state.put(DEPLOY_KEY, value, settings, by="cairn train-reranker --rollback", reason="rollback")
     return value
 
 
-def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None).isoformat(timespec="seconds")
-
-
 # -- the run ----------------------------------------------------------------------------------------------------
+
 
 @dataclass
 class TrainOptions:
@@ -341,8 +378,9 @@ def gate(student: float, incumbent_score: float, margin: float) -> tuple[bool, s
     return False, f"student {student:.3f} < incumbent {incumbent_score:.3f} + {margin:.3f}"
 
 
-def train_reranker(settings: Settings, opts: TrainOptions, *,
-                   progress: Callable[[int, int], Callable[[int], None]] | None = None) -> TrainReport:
+def train_reranker(
+    settings: Settings, opts: TrainOptions, *, progress: Callable[[int, int], Callable[[int], None]] | None = None
+) -> TrainReport:
     """Export (unless --data), split, pair, [train, gate, deploy]. `progress(total, what)` gives a callback."""
     if opts.data is None:
         rows = graded_rows(settings)
@@ -359,32 +397,56 @@ def train_reranker(settings: Settings, opts: TrainOptions, *,
         pseudo = [r for r in engagement_rows(settings, min_pos=opts.engagement_min_pos) if r.query_key not in held_keys]
         weak = make_pairs(pseudo, {r.query_key for r in pseudo}, min_gap=opts.min_gap)
         random.Random(opts.seed).shuffle(weak)
-        weak = weak[:opts.engagement_max_pairs]
+        weak = weak[: opts.engagement_max_pairs]
     if opts.max_train_pairs and len(train_pairs) > opts.max_train_pairs:
         train_pairs = random.Random(opts.seed).sample(train_pairs, opts.max_train_pairs)
-    report = TrainReport(data, len(rows), len(train_keys | held_keys), len(train_keys), len(held_keys),
-                         len(train_pairs), len(weak), len(held_pairs), opts.min_gap, opts.seed)
+    report = TrainReport(
+        data,
+        len(rows),
+        len(train_keys | held_keys),
+        len(train_keys),
+        len(held_keys),
+        len(train_pairs),
+        len(weak),
+        len(held_pairs),
+        opts.min_gap,
+        opts.seed,
+    )
     if opts.dry_run:
         return report
     if not train_pairs + weak or not held_pairs:
-        raise InvalidInput(f"not enough labels: {len(train_pairs) + len(weak)} training and {len(held_pairs)} "
-                           f"held-out pairs with a grade gap of {opts.min_gap}",
-                           "collect more graded deliveries, or lower --min-gap / --holdout")
+        raise InvalidInput(
+            f"not enough labels: {len(train_pairs) + len(weak)} training and {len(held_pairs)} "
+            f"held-out pairs with a grade gap of {opts.min_gap}",
+            "collect more graded deliveries, or lower --min-gap / --holdout",
+        )
     from cairn_cli.ml.training import CrossEncoderModel, bundled_base
 
     inc = incumbent(settings)
-    base = bundled_base() if opts.base == "bundled" or (opts.base == "incumbent" and inc.base is None) else \
-        (inc.base if opts.base == "incumbent" else Path(opts.base).expanduser())
+    base = (
+        bundled_base()
+        if opts.base == "bundled" or (opts.base == "incumbent" and inc.base is None)
+        else (inc.base if opts.base == "incumbent" else Path(opts.base).expanduser())
+    )
     if not Path(base).is_dir():
         raise NotFound(f"base model {base} does not exist", "pass --base bundled, incumbent or a model directory")
     report.incumbent, report.base, report.layers = inc.name, str(base), opts.layers
-    model = CrossEncoderModel(base, device=opts.device, max_length=opts.max_length or settings.RERANKER_MAX_LENGTH,
-                              layers=opts.layers)
+    model = CrossEncoderModel(
+        base, device=opts.device, max_length=opts.max_length or settings.RERANKER_MAX_LENGTH, layers=opts.layers
+    )
     triples = [(q, b, w) for _, q, b, w in train_pairs + weak]
     callback = progress(len(triples) * opts.epochs, "training") if progress else None
-    report.train_stats = asdict(model.train_pairwise(triples, epochs=opts.epochs, batch_size=opts.batch_size,
-                                                     lr=opts.lr, margin=opts.margin, seed=opts.seed,
-                                                     progress=callback))
+    report.train_stats = asdict(
+        model.train_pairwise(
+            triples,
+            epochs=opts.epochs,
+            batch_size=opts.batch_size,
+            lr=opts.lr,
+            margin=opts.margin,
+            seed=opts.seed,
+            progress=callback,
+        )
+    )
 
     model.serve_mode()
 
@@ -402,12 +464,21 @@ def train_reranker(settings: Settings, opts: TrainOptions, *,
         student = config.student_path(settings.CROSS_ENCODER_STUDENT_PATH)
         version = new_version_dir(student)
         model.save(version)
-        (version / "model_card.json").write_text(json.dumps(_card(report), indent=2) + "\n")
+        atomic_write(version / "model_card.json", json.dumps(_card(report), indent=2) + "\n")
         previous = deploy(version, student)
         report.outcome, report.student_dir = "deployed", str(version)
-        state.put(DEPLOY_KEY, {"version": str(version), "previous": str(previous) if previous else None,
-                               "deployed_at": _now(), "card": _card(report)}, settings,
-                  by="cairn train-reranker", reason=report.reason)
+        state.put(
+            DEPLOY_KEY,
+            {
+                "version": str(version),
+                "previous": str(previous) if previous else None,
+                "deployed_at": iso_now(),
+                "card": _card(report),
+            },
+            settings,
+            by="cairn train-reranker",
+            reason=report.reason,
+        )
     else:
         report.outcome = "refused" if not passed else "trained"
     _record_attempt(report, settings)
@@ -415,24 +486,50 @@ def train_reranker(settings: Settings, opts: TrainOptions, *,
 
 
 def _card(report: TrainReport) -> dict:
-    return {"created_at": _now(), "base": report.base, "layers": report.layers, "data": report.data, "rows": report.rows,
-            "split": {"seed": report.seed, "train_queries": report.train_queries, "held_queries": report.held_queries,
-                      "min_gap": report.min_gap},
-            "pairs": {"train": report.train_pairs, "engagement": report.engagement_pairs, "held": report.held_pairs},
-            "held_out": {"student_agreement": report.student_agreement, "incumbent": report.incumbent,
-                         "incumbent_agreement": report.incumbent_agreement, "student_ndcg10": report.student_ndcg10,
-                         "incumbent_ndcg10": report.incumbent_ndcg10},
-            "auto_promote_safe": report.auto_promote_safe, "train": report.train_stats}
+    return {
+        "created_at": iso_now(),
+        "base": report.base,
+        "layers": report.layers,
+        "data": report.data,
+        "rows": report.rows,
+        "split": {
+            "seed": report.seed,
+            "train_queries": report.train_queries,
+            "held_queries": report.held_queries,
+            "min_gap": report.min_gap,
+        },
+        "pairs": {"train": report.train_pairs, "engagement": report.engagement_pairs, "held": report.held_pairs},
+        "held_out": {
+            "student_agreement": report.student_agreement,
+            "incumbent": report.incumbent,
+            "incumbent_agreement": report.incumbent_agreement,
+            "student_ndcg10": report.student_ndcg10,
+            "incumbent_ndcg10": report.incumbent_ndcg10,
+        },
+        "auto_promote_safe": report.auto_promote_safe,
+        "train": report.train_stats,
+    }
 
 
 def _record_attempt(report: TrainReport, settings: Settings) -> None:
     from cairn_cli.db.tables import MemoryDelivery
 
     labels = MemoryDelivery.select().where(MemoryDelivery.grade.is_null(False)).count()
-    state.put(STATE_KEY, {"at": _now(), "outcome": report.outcome, "reason": report.reason, "labels": labels,
-                          "student_agreement": report.student_agreement,
-                          "incumbent": report.incumbent, "incumbent_agreement": report.incumbent_agreement},
-              settings, by="cairn train-reranker", reason=f"{report.outcome}: {report.reason}")
+    state.put(
+        STATE_KEY,
+        {
+            "at": iso_now(),
+            "outcome": report.outcome,
+            "reason": report.reason,
+            "labels": labels,
+            "student_agreement": report.student_agreement,
+            "incumbent": report.incumbent,
+            "incumbent_agreement": report.incumbent_agreement,
+        },
+        settings,
+        by="cairn train-reranker",
+        reason=f"{report.outcome}: {report.reason}",
+    )
 
 
 def run_lock(settings: Settings):
@@ -446,7 +543,6 @@ def new_labels(settings: Settings) -> tuple[int, int]:
     """(graded deliveries now, graded deliveries at the last training attempt)."""
     from cairn_cli.db.tables import MemoryDelivery
 
-    open_stores(settings)
     now = MemoryDelivery.select().where(MemoryDelivery.grade.is_null(False)).count()
     last = (state.get(STATE_KEY, settings) or {}).get("labels", 0)
     return now, int(last)

@@ -73,8 +73,9 @@ def _earlier_turns(transcript_path: Path, prompt: str) -> list[tuple[str, str]]:
     return pieces
 
 
-def build_context_window(prompt: str, transcript_path: str | Path | None = None, *, max_turns: int,
-                         max_chars: int) -> ContextWindow:
+def build_context_window(
+    prompt: str, transcript_path: str | Path | None = None, *, max_turns: int, max_chars: int
+) -> ContextWindow:
     """The cleaned, bounded window for `prompt` plus the session's last turns. Empty prompt is an error."""
     if prompt is None or not clean(prompt):
         raise InvalidInput("the prompt is empty", "pass the prompt as an argument or on stdin")

@@ -20,9 +20,11 @@ def format_block(items: list[dict], *, session: str, turn: int, context_key: str
     lines = [head]
     size = len(head) + len(tail) + 2
     for item in items:
-        line = (f'<memory id="{item["id"]}" reliability="{reliability(item["confidence"])}" '
-                f'kind="{escape(item["kind"])}" scope="{escape(item["scope"])}">{escape(item["content"], quote=False)}'
-                f"</memory>")
+        line = (
+            f'<memory id="{item["id"]}" reliability="{reliability(item["confidence"])}" '
+            f'kind="{escape(item["kind"])}" scope="{escape(item["scope"])}">{escape(item["content"], quote=False)}'
+            f"</memory>"
+        )
         if size + len(line) + 1 > max_chars:
             break
         lines.append(line)

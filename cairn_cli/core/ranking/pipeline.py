@@ -20,13 +20,12 @@ from typing import Protocol
 
 from cairn_cli import config
 from cairn_cli.config import Settings
-from cairn_cli.core.store import deliveries
 from cairn_cli.core.ranking.context import ContextWindow, build_context_window
 from cairn_cli.core.ranking.injection import format_block
-from cairn_cli.core.store.memories import embedding_text
 from cairn_cli.core.ranking.prefilter import is_self_referential_meta
 from cairn_cli.core.ranking.scoring import GLOBAL_SCOPE, Candidate, Scored, ScoringTable
-from cairn_cli.core.store import open_stores
+from cairn_cli.core.store import deliveries
+from cairn_cli.core.store.memories import embedding_text
 from cairn_cli.errors import DeadlineExceeded, InvalidInput, NotFound
 
 NO_RERANKER = "none"
@@ -97,19 +96,31 @@ class RankResult:
         return "\n".join(part for part in (self.rules, self.block, self.arm_instruction) if part)
 
     def as_dict(self) -> dict:
-        return {"session_id": self.session_id, "turn": self.turn, "context_key": self.context.key,
-                "context_window": self.context.text, "reranker_model": self.reranker_model,
-                "embed_model": self.embed_model, "ranker": self.ranker, "candidates": self.candidates,
-                "dropped": self.dropped, "delivery_ids": self.delivery_ids, "notes": self.notes, "timings_ms": self.timings_ms,
-                "block": self.block, "rules": self.rules, "injection": self.injection,
-                "generation_version": self.generation_version, "arm": self.arm,
-                "memories": [vars(i) for i in self.items]}
+        return {
+            "session_id": self.session_id,
+            "turn": self.turn,
+            "context_key": self.context.key,
+            "context_window": self.context.text,
+            "reranker_model": self.reranker_model,
+            "embed_model": self.embed_model,
+            "ranker": self.ranker,
+            "candidates": self.candidates,
+            "dropped": self.dropped,
+            "delivery_ids": self.delivery_ids,
+            "notes": self.notes,
+            "timings_ms": self.timings_ms,
+            "block": self.block,
+            "rules": self.rules,
+            "injection": self.injection,
+            "generation_version": self.generation_version,
+            "arm": self.arm,
+            "memories": [vars(i) for i in self.items],
+        }
 
 
 def known_scopes(settings: Settings) -> list[str]:
     from cairn_cli.db.tables import Memory
 
-    open_stores(settings)
     rows = Memory.select(Memory.scope).where(Memory.superseded_by.is_null()).distinct()
     return sorted({r.scope for r in rows} | {GLOBAL_SCOPE})
 
@@ -121,7 +132,6 @@ def store_version(settings: Settings) -> tuple:
 
     from cairn_cli.db.tables import Memory
 
-    open_stores(settings)
     # two queries: SQLite answers a lone MAX() from the index, two MAX()es in one SELECT scan the table
     max_id = Memory.select(fn.MAX(Memory.id)).scalar() or 0
     max_updated = Memory.select(fn.MAX(Memory.updated_at)).scalar()
@@ -145,8 +155,15 @@ class _Table:
 
 
 class RankEngine:
-    def __init__(self, encoder=None, reranker: Reranker | None = None, *, ranker: str = "cairn",
-                 notes: list[str] | None = None, max_candidates: int | None = None):
+    def __init__(
+        self,
+        encoder=None,
+        reranker: Reranker | None = None,
+        *,
+        ranker: str = "cairn",
+        notes: list[str] | None = None,
+        max_candidates: int | None = None,
+    ):
         self.encoder = encoder
         self.reranker = reranker
         self.ranker = ranker
@@ -168,8 +185,9 @@ class RankEngine:
         """No model at all: keywords and scope over the newest `max_candidates` memories (a hook must answer
         fast even with a huge store and no daemon). Its provenance says so."""
         cap = f"; the {max_candidates} most recently updated memories only" if max_candidates else ""
-        return cls(None, None, ranker="cairn-fallback", notes=[f"fallback: {reason}{cap}"],
-                   max_candidates=max_candidates)
+        return cls(
+            None, None, ranker="cairn-fallback", notes=[f"fallback: {reason}{cap}"], max_candidates=max_candidates
+        )
 
     @property
     def embed_model(self) -> str | None:
@@ -179,20 +197,30 @@ class RankEngine:
         """The store's table, refreshed in place by the rows changed since it was built (rebuilt when rows
         disappeared or half its slots are dead)."""
         version = store_version(settings)
-        key = (version[0], settings.RELEVANCE_PREFILTER_ENABLED, settings.KEYWORD_FIELD_WEIGHT, self.embed_model,
-               self.max_candidates)
+        key = (
+            version[0],
+            settings.RELEVANCE_PREFILTER_ENABLED,
+            settings.KEYWORD_FIELD_WEIGHT,
+            self.embed_model,
+            self.max_candidates,
+        )
         entry = self._tables.get(key)
         if entry is not None and entry.version == version:
             return entry
-        if entry is None or self.max_candidates or version[1] < entry.version[1] or \
-                entry.table.dead_fraction > 0.5:
+        if entry is None or self.max_candidates or version[1] < entry.version[1] or entry.table.dead_fraction > 0.5:
             entry = self._build(settings, version)
         else:
-            self._apply(entry, _load_rows(settings, self.embed_model, changed_since=entry.since,
-                                          after_id=entry.version[1]), settings)
+            self._apply(
+                entry,
+                _load_rows(settings, self.embed_model, changed_since=entry.since, after_id=entry.version[1]),
+                settings,
+            )
             entry.version = version
-        entry.scopes = known_scopes(settings) if self.max_candidates else \
-            sorted(entry.table.live_scopes() | set(entry.meta_scopes.values()) | {GLOBAL_SCOPE})
+        entry.scopes = (
+            known_scopes(settings)
+            if self.max_candidates
+            else sorted(entry.table.live_scopes() | set(entry.meta_scopes.values()) | {GLOBAL_SCOPE})
+        )
         self._tables[key] = entry
         return entry
 
@@ -239,15 +267,25 @@ class RankEngine:
         return self.encoder.encode(texts)
 
 
-def _load_rows(settings: Settings, embed_model: str | None, *, changed_since=None, after_id: int = 0,
-               limit: int | None = None):
+def _load_rows(
+    settings: Settings, embed_model: str | None, *, changed_since=None, after_id: int = 0, limit: int | None = None
+):
     """(Candidate, embedding blob or None, superseded?, updated_at) per memory: all live ones, or the rows
     changed since a point (superseded ones included, so that they leave the table), or the newest `limit`."""
     from cairn_cli.db.tables import Memory
 
-    open_stores(settings)
-    fields = [Memory.id, Memory.content, Memory.keywords, Memory.scope, Memory.kind, Memory.confidence,
-              Memory.updated_at, Memory.source_ref, Memory.embedding_model, Memory.superseded_by]
+    fields = [
+        Memory.id,
+        Memory.content,
+        Memory.keywords,
+        Memory.scope,
+        Memory.kind,
+        Memory.confidence,
+        Memory.updated_at,
+        Memory.source_ref,
+        Memory.embedding_model,
+        Memory.superseded_by,
+    ]
     if embed_model:
         fields.append(Memory.embedding)
     query = Memory.select(*fields)
@@ -255,14 +293,27 @@ def _load_rows(settings: Settings, embed_model: str | None, *, changed_since=Non
         query = query.where((Memory.updated_at >= changed_since) | (Memory.id > after_id))
     else:
         query = query.where(Memory.superseded_by.is_null())
-    query = query.order_by(Memory.updated_at.desc(), Memory.id.desc()).limit(limit) if limit else \
-        query.order_by(Memory.id)
+    query = (
+        query.order_by(Memory.updated_at.desc(), Memory.id.desc()).limit(limit) if limit else query.order_by(Memory.id)
+    )
     for m in query:
         usable = bool(embed_model) and m.embedding is not None and m.embedding_model == embed_model
-        yield (Candidate(id=m.id, content=m.content, keywords=list(m.keywords), scope=m.scope, kind=m.kind,
-                         confidence=m.confidence, updated_at=m.updated_at, source_ref=m.source_ref,
-                         has_embedding=usable),
-               m.embedding if usable else None, m.superseded_by is not None, m.updated_at)
+        yield (
+            Candidate(
+                id=m.id,
+                content=m.content,
+                keywords=list(m.keywords),
+                scope=m.scope,
+                kind=m.kind,
+                confidence=m.confidence,
+                updated_at=m.updated_at,
+                source_ref=m.source_ref,
+                has_embedding=usable,
+            ),
+            m.embedding if usable else None,
+            m.superseded_by is not None,
+            m.updated_at,
+        )
 
 
 def _minmax(values: list[float]) -> list[float]:
@@ -277,8 +328,12 @@ def rerank_stage(scored: list[Scored], query: str, reranker: Reranker, blend: fl
     raw = reranker.logits(query, [s.candidate.content for s in scored])
     native = reranker.score_from_logits(raw)
     for s, r, n in zip(scored, raw, native):
-        s.components.update(reranker_raw=round(r, 6), reranker_score=round(n, 6),
-                            reranker_floor=reranker.floor, reranker_dropped=n < reranker.floor)
+        s.components.update(
+            reranker_raw=round(r, 6),
+            reranker_score=round(n, 6),
+            reranker_floor=reranker.floor,
+            reranker_dropped=n < reranker.floor,
+        )
     kept = [s for s, n in zip(scored, native) if n >= reranker.floor]
     if not kept:
         return [], len(scored)
@@ -295,7 +350,6 @@ def rerank_stage(scored: list[Scored], query: str, reranker: Reranker, blend: fl
 def rank(request: RankRequest, settings: Settings, engine: RankEngine) -> RankResult:
     """Rank the memories in scope for the prompt (+ transcript), format the block, and log each delivery."""
     clock = _Clock()
-    open_stores(settings)
     k = request.k if request.k is not None else settings.RANK_K
     if k < 1:
         raise InvalidInput(f"-k must be at least 1 (got {k})", "pass -k 5")
@@ -303,13 +357,18 @@ def rank(request: RankRequest, settings: Settings, engine: RankEngine) -> RankRe
         raise InvalidInput("the session id is empty", "pass --session NAME")
     notes: list[str] = []
     try:
-        context = build_context_window(request.prompt, request.transcript, max_turns=settings.CONTEXT_MAX_TURNS,
-                                       max_chars=settings.CONTEXT_MAX_CHARS)
+        context = build_context_window(
+            request.prompt,
+            request.transcript,
+            max_turns=settings.CONTEXT_MAX_TURNS,
+            max_chars=settings.CONTEXT_MAX_CHARS,
+        )
     except NotFound as exc:
         if request.hook is None:
             raise
-        context = build_context_window(request.prompt, None, max_turns=settings.CONTEXT_MAX_TURNS,
-                                       max_chars=settings.CONTEXT_MAX_CHARS)
+        context = build_context_window(
+            request.prompt, None, max_turns=settings.CONTEXT_MAX_TURNS, max_chars=settings.CONTEXT_MAX_CHARS
+        )
         notes.append(f"transcript ignored: {exc.message}")
     clock.lap("context")
     entry = engine.table(settings)
@@ -317,8 +376,10 @@ def rank(request: RankRequest, settings: Settings, engine: RankEngine) -> RankRe
     scope = request.scope
     if scope and scope not in entry.scopes:
         if request.strict_scope:
-            raise InvalidInput(f"unknown scope {scope!r} (known: {', '.join(entry.scopes)})",
-                               "pass one of the known scopes or add memories with --scope first")
+            raise InvalidInput(
+                f"unknown scope {scope!r} (known: {', '.join(entry.scopes)})",
+                "pass one of the known scopes or add memories with --scope first",
+            )
         notes.append(f"scope {scope!r} has no memories yet: global memories only")
         scope = GLOBAL_SCOPE
     sims = None
@@ -328,8 +389,14 @@ def rank(request: RankRequest, settings: Settings, engine: RankEngine) -> RankRe
         sims = entry.table.similarities(query_vec)
     reranker = engine.reranker
     pool = max(k, settings.RERANK_CANDIDATES) if reranker else k
-    scored = entry.table.score(context.text, sims, scope=scope, weights=settings.weights(),
-                               half_life_days=settings.RECENCY_HALF_LIFE_DAYS, top=pool)
+    scored = entry.table.score(
+        context.text,
+        sims,
+        scope=scope,
+        weights=settings.weights(),
+        half_life_days=settings.RECENCY_HALF_LIFE_DAYS,
+        top=pool,
+    )
     dropped = {"prefilter": entry.prefiltered(scope), "min_score": 0, "floor": 0}
     positive = [s for s in scored if s.score > 0 and s.score >= settings.RANK_MIN_SCORE]
     dropped["min_score"] = len(scored) - len(positive)
@@ -338,12 +405,22 @@ def rank(request: RankRequest, settings: Settings, engine: RankEngine) -> RankRe
         s.components["ranker"] = engine.ranker
     clock.lap("score")
     if reranker is not None:
-        positive, dropped["floor"] = rerank_stage(positive[:settings.RERANK_CANDIDATES], context.text, reranker,
-                                                  settings.RERANK_BLEND)
+        positive, dropped["floor"] = rerank_stage(
+            positive[: settings.RERANK_CANDIDATES], context.text, reranker, settings.RERANK_BLEND
+        )
         clock.lap("rerank")
     in_scope = int(entry.table.in_scope(scope).sum()) if len(entry.table) else 0
-    result = _deliver(request, settings, context, positive[:k], dropped, in_scope + dropped["prefilter"], engine,
-                      scope=scope, notes=notes)
+    result = _deliver(
+        request,
+        settings,
+        context,
+        positive[:k],
+        dropped,
+        in_scope + dropped["prefilter"],
+        engine,
+        scope=scope,
+        notes=notes,
+    )
     clock.lap("log")
     result.timings_ms = clock.laps
     return result
@@ -362,11 +439,21 @@ class _Clock:
         self.last = now
 
 
-def _deliver(request: RankRequest, settings: Settings, context: ContextWindow, chosen: list[Scored], dropped: dict,
-             total: int, engine: RankEngine, *, scope: str | None, notes: list[str]) -> RankResult:
+def _deliver(
+    request: RankRequest,
+    settings: Settings,
+    context: ContextWindow,
+    chosen: list[Scored],
+    dropped: dict,
+    total: int,
+    engine: RankEngine,
+    *,
+    scope: str | None,
+    notes: list[str],
+) -> RankResult:
     from cairn_cli.core.experiment import ab
-    from cairn_cli.core.store import hookstate
     from cairn_cli.core.experiment import rules as generation_rules
+    from cairn_cli.core.store import hookstate
     from cairn_cli.db.tables import ephemeral_proxy
 
     turn = request.turn if request.turn is not None else deliveries.next_turn(request.session_id, settings)
@@ -375,8 +462,13 @@ def _deliver(request: RankRequest, settings: Settings, context: ContextWindow, c
         live = generation_rules.live(settings)
         version = live.version
         if request.hook is not None:  # the write-side A/B: this prompt's arm, and the version its memories carry
-            arm, version, instruction = ab.assign(request.session_id, turn, is_subagent=bool(
-                request.hook.get("is_subagent")), settings=settings, live=live)
+            arm, version, instruction = ab.assign(
+                request.session_id,
+                turn,
+                is_subagent=bool(request.hook.get("is_subagent")),
+                settings=settings,
+                live=live,
+            )
             b_text = ab.render_b(instruction, version) if instruction else ""
         if request.with_rules:
             rules_text = generation_rules.render(live, request.scope or GLOBAL_SCOPE)
@@ -386,34 +478,82 @@ def _deliver(request: RankRequest, settings: Settings, context: ContextWindow, c
         c = s.candidate
         s.components["embed_model"] = embed_model
         s.components["weights"] = settings.weights()
-        items.append(RankedMemory(id=c.id, content=c.content, kind=c.kind, scope=c.scope, confidence=c.confidence,
-                                  source_ref=c.source_ref, rank=position, score=round(s.score, 6),
-                                  components=s.components))
+        items.append(
+            RankedMemory(
+                id=c.id,
+                content=c.content,
+                kind=c.kind,
+                scope=c.scope,
+                confidence=c.confidence,
+                source_ref=c.source_ref,
+                rank=position,
+                score=round(s.score, 6),
+                components=s.components,
+            )
+        )
     budget = settings.INJECTION_MAX_CHARS - sum(len(t) + 1 for t in (rules_text, b_text) if t)
-    block = format_block([vars(i) for i in items], session=request.session_id, turn=turn, context_key=context.key,
-                         max_chars=budget)
-    items = items[:block.count("<memory ")]
+    block = format_block(
+        [vars(i) for i in items], session=request.session_id, turn=turn, context_key=context.key, max_chars=budget
+    )
+    items = items[: block.count("<memory ")]
     reranker_model = engine.reranker.name if engine.reranker else NO_RERANKER
-    result = RankResult(session_id=request.session_id, turn=turn, context=context, items=items, block=block,
-                        reranker_model=reranker_model, ranker=engine.ranker, embed_model=embed_model,
-                        candidates=total, dropped=dropped, notes=list(engine.notes) + context.notes + notes,
-                        rules=rules_text, generation_version=version, arm=arm, arm_instruction=b_text)
+    result = RankResult(
+        session_id=request.session_id,
+        turn=turn,
+        context=context,
+        items=items,
+        block=block,
+        reranker_model=reranker_model,
+        ranker=engine.ranker,
+        embed_model=embed_model,
+        candidates=total,
+        dropped=dropped,
+        notes=list(engine.notes) + context.notes + notes,
+        rules=rules_text,
+        generation_version=version,
+        arm=arm,
+        arm_instruction=b_text,
+    )
     if request.commit_deadline is not None and time.time() > request.commit_deadline:
-        raise DeadlineExceeded("the caller stopped waiting before the deliveries were logged",
-                               "raise CAIRN_DAEMON_TIMEOUT_MS")
+        raise DeadlineExceeded(
+            "the caller stopped waiting before the deliveries were logged", "raise CAIRN_DAEMON_TIMEOUT_MS"
+        )
     with ephemeral_proxy.atomic():
         if request.log and items:
-            result.delivery_ids = deliveries.record([
-                deliveries.DeliveryInput(session_id=request.session_id, turn=turn, memory_id=i.id,
-                                         context_window=context.text, context_key=context.key, rank=i.rank,
-                                         final_score=i.score, score_components=i.components,
-                                         reranker_model=reranker_model, ranker=engine.ranker, layer=request.layer,
-                                         scope=scope or GLOBAL_SCOPE, arm=arm)
-                for i in items], settings)
+            result.delivery_ids = deliveries.record(
+                [
+                    deliveries.DeliveryInput(
+                        session_id=request.session_id,
+                        turn=turn,
+                        memory_id=i.id,
+                        context_window=context.text,
+                        context_key=context.key,
+                        rank=i.rank,
+                        final_score=i.score,
+                        score_components=i.components,
+                        reranker_model=reranker_model,
+                        ranker=engine.ranker,
+                        layer=request.layer,
+                        scope=scope or GLOBAL_SCOPE,
+                        arm=arm,
+                    )
+                    for i in items
+                ],
+                settings,
+            )
         if request.log:  # the turn's prompt, scope and rules version: what Stop and engagement need later
-            hookstate.record_turn(request.session_id, turn, context_key=context.key,
-                                  hook={**(request.hook or {}), "arm": arm, "prompt": context.prompt,
-                                        "scope": request.scope,
-                                        "generation_version": version, "source_ref": version,
-                                        "delivered": [i.id for i in items]})
+            hookstate.record_turn(
+                request.session_id,
+                turn,
+                context_key=context.key,
+                hook={
+                    **(request.hook or {}),
+                    "arm": arm,
+                    "prompt": context.prompt,
+                    "scope": request.scope,
+                    "generation_version": version,
+                    "source_ref": version,
+                    "delivered": [i.id for i in items],
+                },
+            )
     return result

@@ -24,7 +24,9 @@ _META_PHRASES = re.compile(
     re.IGNORECASE,
 )
 # Words that anchor a memory in the work: code, paths, commands, errors.
-_WORK_ANCHOR = re.compile(r"`[^`]+`|\b\w+\.(py|js|ts|rs|go|json|toml|ya?ml|md|sql|sh)\b|/\w+/|\b\w+_\w+\b|\b[A-Z]{2,}\w*\b")
+_WORK_ANCHOR = re.compile(
+    r"`[^`]+`|\b\w+\.(py|js|ts|rs|go|json|toml|ya?ml|md|sql|sh)\b|/\w+/|\b\w+_\w+\b|\b[A-Z]{2,}\w*\b"
+)
 
 
 def is_self_referential_meta(content: str, kind: str = "fact") -> bool:

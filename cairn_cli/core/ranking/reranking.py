@@ -31,9 +31,15 @@ def resolve(settings: Settings, facts=None, probe=None):
 
     kwargs = {"probe": probe} if probe is not None else {}
     resolution = rr.resolve_reranker(
-        enabled=settings.RERANKER_ENABLED, student_path=config.student_path(settings.CROSS_ENCODER_STUDENT_PATH),
-        student_floor=settings.CROSS_ENCODER_STUDENT_FLOOR, bge_enabled=settings.RERANKER_BGE_ENABLED,
-        min_vram_gb=settings.RERANKER_MIN_VRAM_GB, floors=floors(settings), facts=facts, **kwargs)
+        enabled=settings.RERANKER_ENABLED,
+        student_path=config.student_path(settings.CROSS_ENCODER_STUDENT_PATH),
+        student_floor=settings.CROSS_ENCODER_STUDENT_FLOOR,
+        bge_enabled=settings.RERANKER_BGE_ENABLED,
+        min_vram_gb=settings.RERANKER_MIN_VRAM_GB,
+        floors=floors(settings),
+        facts=facts,
+        **kwargs,
+    )
     if resolution.role == rr.STUDENT:  # a floor calibrated for this very student version wins
         calibrated = state.get(FLOOR_KEY.format(resolution.name), settings)
         if calibrated is not None:
@@ -50,8 +56,9 @@ def load_reranker(settings: Settings, resolution=None):
     if resolution.role == NONE:
         return None, notes
     try:
-        return CrossEncoderReranker(resolution, dtype=settings.RERANKER_DTYPE,
-                                    max_length=settings.RERANKER_MAX_LENGTH), notes
-    except Exception as exc:  # noqa: BLE001 - a broken model directory must not break ranking
+        return CrossEncoderReranker(
+            resolution, dtype=settings.RERANKER_DTYPE, max_length=settings.RERANKER_MAX_LENGTH
+        ), notes
+    except Exception as exc:
         notes.append(f"{resolution.name} failed to load ({type(exc).__name__}: {exc}); composite only")
         return None, notes

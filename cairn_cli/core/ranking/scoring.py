@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from cairn_cli.clock import utcnow
 from cairn_cli.core.text import terms
 
 GLOBAL_SCOPE = "global"
@@ -161,8 +162,13 @@ class ScoringTable:
     BM25's statistics are the whole store's; the keywords component is max-normalised over the in-scope ones.
     """
 
-    def __init__(self, candidates: list[Candidate], keyword_weight: int, vectors: np.ndarray | None = None,
-                 dim: int | None = None):
+    def __init__(
+        self,
+        candidates: list[Candidate],
+        keyword_weight: int,
+        vectors: np.ndarray | None = None,
+        dim: int | None = None,
+    ):
         self.keyword_weight = keyword_weight
         self.index = LexicalIndex()
         self.candidates: list[Candidate | None] = []
@@ -198,8 +204,9 @@ class ScoringTable:
         self._has_emb.append(cand.has_embedding and vector is not None if self.dim else cand.has_embedding)
         self._alive.append(True)
         if self.dim:
-            self._pending.append(np.asarray(vector, dtype=np.float32) if vector is not None
-                                 else np.zeros(self.dim, dtype=np.float32))
+            self._pending.append(
+                np.asarray(vector, dtype=np.float32) if vector is not None else np.zeros(self.dim, dtype=np.float32)
+            )
         self._arrays = None
 
     def remove(self, memory_id: int) -> None:
@@ -214,11 +221,14 @@ class ScoringTable:
     def arrays(self) -> dict:
         if self._arrays is None:
             self._masks = {}
-            a = {"ids": np.asarray(self._ids, dtype=np.int64), "scopes": np.asarray(self._scopes, dtype=np.int32),
-                 "confidence": np.asarray(self._conf, dtype=np.float64),
-                 "updated": np.asarray(self._updated, dtype=np.float64),
-                 "has_embedding": np.asarray(self._has_emb, dtype=bool),
-                 "alive": np.asarray(self._alive, dtype=bool)}
+            a = {
+                "ids": np.asarray(self._ids, dtype=np.int64),
+                "scopes": np.asarray(self._scopes, dtype=np.int32),
+                "confidence": np.asarray(self._conf, dtype=np.float64),
+                "updated": np.asarray(self._updated, dtype=np.float64),
+                "has_embedding": np.asarray(self._has_emb, dtype=bool),
+                "alive": np.asarray(self._alive, dtype=bool),
+            }
             if self.dim:
                 if self._pending:
                     self._matrix = np.vstack([self._matrix, np.stack(self._pending)])
@@ -259,8 +269,17 @@ class ScoringTable:
         matrix = self.arrays().get("matrix")
         return np.zeros(self.index.slots) if matrix is None else matrix @ query_vec
 
-    def score(self, query_text: str, similarities, *, scope: str | None, weights: dict[str, float],
-              half_life_days: float, now: dt.datetime | None = None, top: int | None = None) -> list[Scored]:
+    def score(
+        self,
+        query_text: str,
+        similarities,
+        *,
+        scope: str | None,
+        weights: dict[str, float],
+        half_life_days: float,
+        now: dt.datetime | None = None,
+        top: int | None = None,
+    ) -> list[Scored]:
         """The best `top` in-scope memories (all when None), best first, ties broken by newer id, with every
         component. `similarities` is aligned with the slots (None when no embedding model is in play: 0)."""
         a = self.arrays()
@@ -268,7 +287,7 @@ class ScoringTable:
         n_in = int(mask.sum())
         if n_in == 0:
             return []
-        now_ts = (now or dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)).timestamp()
+        now_ts = (now or utcnow()).timestamp()
         bm25 = np.where(mask, self.index.scores(terms(query_text)), np.float32(0))
         best = float(bm25.max()) or 1.0
         n = len(mask)
@@ -285,8 +304,11 @@ class ScoringTable:
             if name == "keywords":
                 return bm25[idx] / np.float32(best)
             if name == "scope":
-                return (a["scopes"][idx] == code).astype(np.float32) if code is not None else \
-                    np.zeros(n, dtype=np.float32)[idx]
+                return (
+                    (a["scopes"][idx] == code).astype(np.float32)
+                    if code is not None
+                    else np.zeros(n, dtype=np.float32)[idx]
+                )
             if name == "confidence":
                 return a["confidence"][idx]
             age_days = np.clip((now_ts - a["updated"][idx]) / 86400.0, 0, None)  # recency

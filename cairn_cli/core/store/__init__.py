@@ -1,4 +1,6 @@
-"""Binds the domain to the two databases named by the settings (db.open_db does the connecting)."""
+"""The memory store and the delivery log as the domain sees them. `open_stores` binds both databases named by the
+settings (db.open_db does the connecting); it is called once per command, per daemon request or per hook at the
+edge, never inside a core function: every function below assumes the stores are bound."""
 
 from __future__ import annotations
 
@@ -6,7 +8,9 @@ from cairn_cli import config
 from cairn_cli.config import Settings
 
 
-def open_stores(settings: Settings) -> None:
+def open_stores(settings: Settings, *, create: bool = True) -> None:
+    """Bind the memory store and the delivery log. `create=False` (commands that only read): a store that does
+    not exist yet is an error naming it, never a new empty file (a mistyped --db-url must not make a store)."""
     from cairn_cli.db import open_db
 
-    open_db(config.memory_db_url(settings.DB_URL), config.ephemeral_db_url(settings.EPHEMERAL_DB_URL))
+    open_db(config.memory_db_url(settings.DB_URL), config.ephemeral_db_url(settings.EPHEMERAL_DB_URL), create=create)

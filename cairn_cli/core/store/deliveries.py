@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import asdict, dataclass, field
 
+from cairn_cli.clock import utcnow
 from cairn_cli.config import Settings
-from cairn_cli.core.store import open_stores
 from cairn_cli.errors import InvalidInput, NotFound
 
 
@@ -54,13 +53,14 @@ class DeliveryView:
 
 
 def next_turn(session_id: str, settings: Settings) -> int:
-    from cairn_cli.db.tables import HookState, MemoryDelivery
     from peewee import fn
 
-    open_stores(settings)
-    last = max(MemoryDelivery.select(fn.MAX(MemoryDelivery.turn)).where(MemoryDelivery.session_id == session_id)
-               .scalar() or 0,
-               HookState.select(fn.MAX(HookState.turn)).where(HookState.session_id == session_id).scalar() or 0)
+    from cairn_cli.db.tables import HookState, MemoryDelivery
+
+    last = max(
+        MemoryDelivery.select(fn.MAX(MemoryDelivery.turn)).where(MemoryDelivery.session_id == session_id).scalar() or 0,
+        HookState.select(fn.MAX(HookState.turn)).where(HookState.session_id == session_id).scalar() or 0,
+    )
     return last + 1
 
 
@@ -68,14 +68,13 @@ def record(rows: list[DeliveryInput], settings: Settings) -> list[int]:
     """Insert the rows in one transaction; every memory id must exist. Returns the new delivery ids."""
     from cairn_cli.db.tables import Memory, MemoryDelivery, ephemeral_proxy
 
-    open_stores(settings)
     ids = {r.memory_id for r in rows}
     known = {m.id for m in Memory.select(Memory.id).where(Memory.id.in_(list(ids)))} if ids else set()
     missing = sorted(ids - known)
     if missing:
         raise NotFound(f"unknown memory id(s) {missing}", "see `cairn memory list`; nothing was logged")
     out = []
-    now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    now = utcnow()
     with ephemeral_proxy.atomic():
         for row in rows:
             out.append(MemoryDelivery.create(delivered_at=now, **asdict(row)).id)
@@ -83,21 +82,37 @@ def record(rows: list[DeliveryInput], settings: Settings) -> list[int]:
 
 
 def _view(row) -> DeliveryView:
-    return DeliveryView(id=row.id, session_id=row.session_id, turn=row.turn, memory_id=row.memory_id,
-                        context_key=row.context_key, rank=row.rank, final_score=row.final_score,
-                        reranker_model=row.reranker_model, ranker=row.ranker, layer=row.layer, scope=row.scope,
-                        delivered_at=row.delivered_at.isoformat(timespec="seconds"),
-                        score_components=row.score_components, grade=row.grade, hard_negative=row.hard_negative,
-                        graded_at=row.graded_at.isoformat(timespec="microseconds") if row.graded_at else None,
-                        engaged=row.engaged, engaged_score=row.engaged_score, engaged_method=row.engaged_method,
-                        engaged_lexical=row.engaged_lexical, engaged_semantic=row.engaged_semantic, arm=row.arm)
+    return DeliveryView(
+        id=row.id,
+        session_id=row.session_id,
+        turn=row.turn,
+        memory_id=row.memory_id,
+        context_key=row.context_key,
+        rank=row.rank,
+        final_score=row.final_score,
+        reranker_model=row.reranker_model,
+        ranker=row.ranker,
+        layer=row.layer,
+        scope=row.scope,
+        delivered_at=row.delivered_at.isoformat(timespec="seconds"),
+        score_components=row.score_components,
+        grade=row.grade,
+        hard_negative=row.hard_negative,
+        graded_at=row.graded_at.isoformat(timespec="microseconds") if row.graded_at else None,
+        engaged=row.engaged,
+        engaged_score=row.engaged_score,
+        engaged_method=row.engaged_method,
+        engaged_lexical=row.engaged_lexical,
+        engaged_semantic=row.engaged_semantic,
+        arm=row.arm,
+    )
 
 
-def list_deliveries(settings: Settings, *, session_id: str | None = None, turn: int | None = None,
-                    limit: int | None = None) -> list[DeliveryView]:
+def list_deliveries(
+    settings: Settings, *, session_id: str | None = None, turn: int | None = None, limit: int | None = None
+) -> list[DeliveryView]:
     from cairn_cli.db.tables import MemoryDelivery
 
-    open_stores(settings)
     query = MemoryDelivery.select().order_by(MemoryDelivery.id.desc())
     if session_id:
         query = query.where(MemoryDelivery.session_id == session_id)
@@ -126,8 +141,15 @@ def payload_from_flags(session, turn, context, reranker_model, memories: list[st
             items.append({"id": int(mem_id), "rank": rank, "score": float(score or 0.0)})
         except ValueError:
             raise InvalidInput(f"--memory {item!r} is not ID:SCORE", "write --memory 12:0.83") from None
-    payload = {"session_id": session, "turn": turn, "context_window": context, "reranker_model": reranker_model,
-               "memories": items, "layer": layer, "scope": scope}
+    payload = {
+        "session_id": session,
+        "turn": turn,
+        "context_window": context,
+        "reranker_model": reranker_model,
+        "memories": items,
+        "layer": layer,
+        "scope": scope,
+    }
     return {k: v for k, v in payload.items() if v is not None}
 
 
@@ -161,19 +183,31 @@ def parse_external(payload: object, *, default_layer: str = "external") -> list[
                 raise _type_error(where, name, typ)
         extra = set(mem) - set(_MEMORY_REQUIRED) - {"score_components"}
         if extra:
-            raise InvalidInput(f"{where} unknown field(s) {sorted(extra)}", "allowed: id, rank, score, score_components")
+            raise InvalidInput(
+                f"{where} unknown field(s) {sorted(extra)}", "allowed: id, rank, score, score_components"
+            )
         comps = mem.get("score_components", {})
         if not isinstance(comps, dict):
             raise _type_error(where, "score_components", dict)
         if mem["id"] in seen:
             raise InvalidInput(f"memory {mem['id']} is listed twice", "log each memory once per turn")
         seen.add(mem["id"])
-        rows.append(DeliveryInput(
-            session_id=payload["session_id"], turn=payload["turn"], memory_id=mem["id"],
-            context_window=payload["context_window"], context_key=key, rank=mem["rank"],
-            final_score=float(mem["score"]), score_components=comps, reranker_model=payload["reranker_model"],
-            layer=str(payload.get("layer") or default_layer), scope=str(payload.get("scope") or "global"),
-            ranker=str(payload.get("ranker") or "external")))
+        rows.append(
+            DeliveryInput(
+                session_id=payload["session_id"],
+                turn=payload["turn"],
+                memory_id=mem["id"],
+                context_window=payload["context_window"],
+                context_key=key,
+                rank=mem["rank"],
+                final_score=float(mem["score"]),
+                score_components=comps,
+                reranker_model=payload["reranker_model"],
+                layer=str(payload.get("layer") or default_layer),
+                scope=str(payload.get("scope") or "global"),
+                ranker=str(payload.get("ranker") or "external"),
+            )
+        )
     return rows
 
 

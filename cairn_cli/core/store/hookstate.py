@@ -3,7 +3,7 @@ version, transcript, subagent marks) and read back by the Stop hook and by engag
 
 from __future__ import annotations
 
-import datetime as dt
+from cairn_cli.clock import utcnow
 
 PROMPT_CHARS = 4000  # what engagement needs of the prompt (its terms), not the whole of a pasted log
 
@@ -16,11 +16,15 @@ def record_turn(session_id: str, turn: int, *, context_key: str, hook: dict) -> 
     if isinstance(data.get("prompt"), str):
         data["prompt"] = data["prompt"][:PROMPT_CHARS]
     row = HookState.get_or_none((HookState.session_id == session_id) & (HookState.turn == turn))
-    fields = {"transcript_path": hook.get("transcript_path"), "agent_id": hook.get("agent_id"),
-              "is_subagent": bool(hook.get("is_subagent")), "arm": hook.get("arm"), "context_key": context_key}
+    fields = {
+        "transcript_path": hook.get("transcript_path"),
+        "agent_id": hook.get("agent_id"),
+        "is_subagent": bool(hook.get("is_subagent")),
+        "arm": hook.get("arm"),
+        "context_key": context_key,
+    }
     if row is None:
-        HookState.create(session_id=session_id, turn=turn, data=data,
-                         created_at=dt.datetime.now(dt.timezone.utc).replace(tzinfo=None), **fields)
+        HookState.create(session_id=session_id, turn=turn, data=data, created_at=utcnow(), **fields)
     else:
         HookState.update(data={**(row.data or {}), **data}, **fields).where(HookState.id == row.id).execute()
 
@@ -35,8 +39,12 @@ def latest_main_turn(session_id: str):
     """The newest turn the prompt hook recorded for the main agent (subagent turns excluded), or None."""
     from cairn_cli.db.tables import HookState
 
-    return (HookState.select().where((HookState.session_id == session_id) & (HookState.is_subagent == False))  # noqa: E712
-            .order_by(HookState.turn.desc()).first())
+    return (
+        HookState.select()
+        .where((HookState.session_id == session_id) & (HookState.is_subagent == False))  # noqa: E712
+        .order_by(HookState.turn.desc())
+        .first()
+    )
 
 
 def turn_prompt(session_id: str, turn: int) -> str | None:

@@ -8,15 +8,14 @@ the evidence outweighs the prior after a handful of observations. A dedup merge 
 
 from __future__ import annotations
 
-import datetime as dt
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
 
 import orjson
 
+from cairn_cli.clock import utcnow
 from cairn_cli.config import Settings
-from cairn_cli.core.store import open_stores
 from cairn_cli.core.text import clean_keywords, normalise, sha256
 from cairn_cli.errors import InvalidInput, NotFound
 
@@ -86,8 +85,9 @@ def validate_entry(raw: object, *, default_source_ref: str | None = None) -> Mem
     if len(content) > MAX_CONTENT_CHARS:
         raise InvalidInput(f"content has {len(content)} characters (max {MAX_CONTENT_CHARS})", "split the memory")
     keywords = raw.get("keywords", [])
-    if not isinstance(keywords, (list, str)) or (isinstance(keywords, list) and
-                                                not all(isinstance(k, str) for k in keywords)):
+    if not isinstance(keywords, (list, str)) or (
+        isinstance(keywords, list) and not all(isinstance(k, str) for k in keywords)
+    ):
         raise InvalidInput("keywords must be a list of strings", 'write "keywords": ["a", "b"]')
     kind = raw.get("kind") or "fact"
     if kind not in KINDS:
@@ -99,16 +99,18 @@ def validate_entry(raw: object, *, default_source_ref: str | None = None) -> Mem
     for name, value in (("source_ref", source_ref), ("session_id", raw.get("session_id"))):
         if value is not None and not isinstance(value, str):
             raise InvalidInput(f"{name} must be a string", f"quote the {name}")
-    return MemoryInput(content=content.strip(), keywords=clean_keywords(keywords), scope=scope.strip(), kind=kind,
-                       source_ref=source_ref, session_id=raw.get("session_id"))
+    return MemoryInput(
+        content=content.strip(),
+        keywords=clean_keywords(keywords),
+        scope=scope.strip(),
+        kind=kind,
+        source_ref=source_ref,
+        session_id=raw.get("session_id"),
+    )
 
 
 def embedding_text(content: str, keywords: list[str]) -> str:
     return f"{content}\nkeywords: {', '.join(keywords)}" if keywords else content
-
-
-def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
 
 
 Embedder = Callable[[list[str]], "tuple[str, Sequence[Sequence[float]]] | None"]
@@ -116,6 +118,7 @@ Embedder = Callable[[list[str]], "tuple[str, Sequence[Sequence[float]]] | None"]
 
 def local_embedder(settings: Settings) -> Embedder:
     """The configured model loaded in this process: (model name, vectors)."""
+
     def embed(texts: list[str]):
         from cairn_cli.ml.models import get_encoder
 
@@ -137,35 +140,50 @@ def store_embeddings(ids: list[int], vectors, model: str) -> None:
             Memory.update(embedding=blob, embedding_model=model).where(Memory.id == memory_id).execute()
 
 
-def add_memories(entries: list[MemoryInput], settings: Settings, *,
-                 progress: Callable[[int], None] | None = None, embed: Embedder | None = None) -> list[AddResult]:
+def add_memories(
+    entries: list[MemoryInput],
+    settings: Settings,
+    *,
+    progress: Callable[[int], None] | None = None,
+    embed: Embedder | None = None,
+) -> list[AddResult]:
     """Add or merge each entry, all in one transaction; new memories are embedded in one batch by `embed`
     (default: the configured model in this process). When `embed` answers None the memories are stored
     without an embedding and the daemon embeds them when it next refreshes its table."""
     from cairn_cli.db.tables import Memory, memory_proxy
 
-    open_stores(settings)
     results: list[AddResult] = []
     fresh: list[Memory] = []
     with memory_proxy.atomic():
         for entry in entries:
             h, nh = sha256(entry.content), sha256(normalise(entry.content))
-            existing = (Memory.select()
-                        .where(((Memory.content_hash == h) | (Memory.norm_hash == nh)) & Memory.superseded_by.is_null())
-                        .order_by(Memory.id).first())
+            existing = (
+                Memory.select()
+                .where(((Memory.content_hash == h) | (Memory.norm_hash == nh)) & Memory.superseded_by.is_null())
+                .order_by(Memory.id)
+                .first()
+            )
             if existing is not None:
                 new_kws = [k for k in entry.keywords if k not in existing.keywords]
                 if new_kws:
                     existing.keywords = existing.keywords + new_kws
                 if existing.source_ref is None and entry.source_ref:
                     existing.source_ref = entry.source_ref
-                existing.updated_at = _now()
+                existing.updated_at = utcnow()
                 existing.save()
                 results.append(AddResult(existing.id, "merged", new_kws))
             else:
-                mem = Memory.create(content=entry.content, content_hash=h, norm_hash=nh, keywords=entry.keywords,
-                                    scope=entry.scope, kind=entry.kind, source_ref=entry.source_ref,
-                                    session_id=entry.session_id, confidence=confidence_of(0, 0, settings))
+                mem = Memory.create(
+                    content=entry.content,
+                    content_hash=h,
+                    norm_hash=nh,
+                    keywords=entry.keywords,
+                    scope=entry.scope,
+                    kind=entry.kind,
+                    source_ref=entry.source_ref,
+                    session_id=entry.session_id,
+                    confidence=confidence_of(0, 0, settings),
+                )
                 fresh.append(mem)
                 results.append(AddResult(mem.id, "added", list(entry.keywords)))
             if progress:
@@ -177,8 +195,9 @@ def add_memories(entries: list[MemoryInput], settings: Settings, *,
     return results
 
 
-def parse_jsonl(path: Path, *, default_source_ref: str | None = None) -> tuple[list[tuple[int, MemoryInput]],
-                                                                                 list[tuple[int, str]]]:
+def parse_jsonl(
+    path: Path, *, default_source_ref: str | None = None
+) -> tuple[list[tuple[int, MemoryInput]], list[tuple[int, str]]]:
     """Valid entries and rejected lines (1-based line numbers with the reason). Blank lines are skipped."""
     try:
         data = path.read_bytes()
@@ -197,27 +216,49 @@ def parse_jsonl(path: Path, *, default_source_ref: str | None = None) -> tuple[l
     return valid, rejected
 
 
-def import_jsonl(path: Path, settings: Settings, *, source_ref: str | None = None, skip_invalid: bool = False,
-                 progress: Callable[[int], None] | None = None) -> ImportReport:
+def import_jsonl(
+    path: Path,
+    settings: Settings,
+    *,
+    source_ref: str | None = None,
+    skip_invalid: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> ImportReport:
     """Import a JSONL file. Any rejected line aborts the whole import unless skip_invalid (then it is reported)."""
     valid, rejected = parse_jsonl(path, default_source_ref=source_ref)
     if rejected and not skip_invalid:
         first = ", ".join(f"line {no}: {why}" for no, why in rejected[:3])
         more = f" (+{len(rejected) - 3} more)" if len(rejected) > 3 else ""
-        raise InvalidInput(f"{path}: {len(rejected)} invalid line(s), nothing imported — {first}{more}",
-                           "fix those lines or pass --skip-invalid")
+        raise InvalidInput(
+            f"{path}: {len(rejected)} invalid line(s), nothing imported — {first}{more}",
+            "fix those lines or pass --skip-invalid",
+        )
     results = add_memories([entry for _, entry in valid], settings, progress=progress)
-    return ImportReport(added=sum(r.action == "added" for r in results),
-                        merged=sum(r.action == "merged" for r in results), rejected=rejected, results=results)
+    return ImportReport(
+        added=sum(r.action == "added" for r in results),
+        merged=sum(r.action == "merged" for r in results),
+        rejected=rejected,
+        results=results,
+    )
 
 
 def _view(mem) -> MemoryView:
-    return MemoryView(id=mem.id, content=mem.content, keywords=list(mem.keywords), scope=mem.scope, kind=mem.kind,
-                      confidence=round(mem.confidence, 4), corroborations=mem.corroborations,
-                      contradictions=mem.contradictions, source_ref=mem.source_ref, session_id=mem.session_id,
-                      created_at=mem.created_at.isoformat(timespec="seconds"),
-                      updated_at=mem.updated_at.isoformat(timespec="seconds"),
-                      superseded_by=mem.superseded_by, embedding_model=mem.embedding_model)
+    return MemoryView(
+        id=mem.id,
+        content=mem.content,
+        keywords=list(mem.keywords),
+        scope=mem.scope,
+        kind=mem.kind,
+        confidence=round(mem.confidence, 4),
+        corroborations=mem.corroborations,
+        contradictions=mem.contradictions,
+        source_ref=mem.source_ref,
+        session_id=mem.session_id,
+        created_at=mem.created_at.isoformat(timespec="seconds"),
+        updated_at=mem.updated_at.isoformat(timespec="seconds"),
+        superseded_by=mem.superseded_by,
+        embedding_model=mem.embedding_model,
+    )
 
 
 def _get(memory_id: int):
@@ -230,15 +271,19 @@ def _get(memory_id: int):
 
 
 def get_memory(memory_id: int, settings: Settings) -> MemoryView:
-    open_stores(settings)
     return _view(_get(memory_id))
 
 
-def list_memories(settings: Settings, *, scope: str | None = None, kind: str | None = None,
-                  include_superseded: bool = False, limit: int | None = None) -> list[MemoryView]:
+def list_memories(
+    settings: Settings,
+    *,
+    scope: str | None = None,
+    kind: str | None = None,
+    include_superseded: bool = False,
+    limit: int | None = None,
+) -> list[MemoryView]:
     from cairn_cli.db.tables import Memory
 
-    open_stores(settings)
     query = Memory.select().order_by(Memory.id)
     if scope:
         query = query.where(Memory.scope == scope)
@@ -255,16 +300,17 @@ def supersede(old_id: int, new_id: int, settings: Settings) -> MemoryView:
     """Mark OLD as replaced by NEW: OLD never ranks again. Refuses self-loops and cycles."""
     from cairn_cli.db.tables import memory_proxy
 
-    open_stores(settings)
     if old_id == new_id:
         raise InvalidInput("a memory cannot supersede itself", "give two different ids")
     with memory_proxy.atomic():
         old, new = _get(old_id), _get(new_id)
         if new.superseded_by is not None:
-            raise InvalidInput(f"memory {new_id} is itself superseded by {new.superseded_by}",
-                               f"supersede with {new.superseded_by} instead")
+            raise InvalidInput(
+                f"memory {new_id} is itself superseded by {new.superseded_by}",
+                f"supersede with {new.superseded_by} instead",
+            )
         old.superseded_by = new.id
-        old.updated_at = _now()
+        old.updated_at = utcnow()
         old.save()
     return _view(old)
 
@@ -273,7 +319,6 @@ def record_evidence(memory_ids: Iterable[int], settings: Settings, *, corroborat
     """Corroborate (cu) or contradict (-!) memories and recompute their confidence, in one transaction."""
     from cairn_cli.db.tables import memory_proxy
 
-    open_stores(settings)
     out = []
     with memory_proxy.atomic():
         for memory_id in memory_ids:
@@ -283,7 +328,7 @@ def record_evidence(memory_ids: Iterable[int], settings: Settings, *, corroborat
             else:
                 mem.contradictions += 1
             mem.confidence = confidence_of(mem.corroborations, mem.contradictions, settings)
-            mem.updated_at = _now()
+            mem.updated_at = utcnow()
             mem.save()
             out.append(_view(mem))
     return out
@@ -294,14 +339,18 @@ def embed_missing(settings: Settings, *, progress: Callable[[int], None] | None 
     from cairn_cli.db.tables import Memory
     from cairn_cli.ml.models import get_encoder
 
-    open_stores(settings)
     encoder = get_encoder(settings.EMBED_MODEL, settings.EMBED_DTYPE)
-    stale = list(Memory.select().where(Memory.superseded_by.is_null() &
-                                       ((Memory.embedding_model != encoder.name) | Memory.embedding_model.is_null())))
+    stale = list(
+        Memory.select().where(
+            Memory.superseded_by.is_null()
+            & ((Memory.embedding_model != encoder.name) | Memory.embedding_model.is_null())
+        )
+    )
     for start in range(0, len(stale), 256):
-        batch = stale[start:start + 256]
-        store_embeddings([m.id for m in batch], encoder.encode([embedding_text(m.content, m.keywords) for m in batch]),
-                         encoder.name)
+        batch = stale[start : start + 256]
+        store_embeddings(
+            [m.id for m in batch], encoder.encode([embedding_text(m.content, m.keywords) for m in batch]), encoder.name
+        )
         if progress:
             progress(len(batch))
     return len(stale)

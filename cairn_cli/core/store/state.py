@@ -3,12 +3,11 @@ deployed student), each with an audit trail of who set what, when and why. Never
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
+from cairn_cli.clock import utcnow
 from cairn_cli.config import Settings
-from cairn_cli.core.store import open_stores
 
 HISTORY_LIMIT = 200
 
@@ -24,7 +23,6 @@ class StateValue:
 def get(key: str, settings: Settings, default: Any = None) -> Any:
     from cairn_cli.db.tables import MachineState
 
-    open_stores(settings)
     row = MachineState.get_or_none(MachineState.key == key)
     return default if row is None else row.value
 
@@ -32,7 +30,6 @@ def get(key: str, settings: Settings, default: Any = None) -> Any:
 def describe(key: str, settings: Settings) -> StateValue:
     from cairn_cli.db.tables import MachineState
 
-    open_stores(settings)
     row = MachineState.get_or_none(MachineState.key == key)
     if row is None:
         return StateValue(key, None, None, [])
@@ -43,14 +40,18 @@ def put(key: str, value: Any, settings: Settings, *, by: str, reason: str, evide
     """Set the value and append an audit record. Setting the same value again changes nothing (returns False)."""
     from cairn_cli.db.tables import MachineState, memory_proxy
 
-    open_stores(settings)
-    now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    now = utcnow()
     with memory_proxy.atomic():
         row = MachineState.get_or_none(MachineState.key == key)
         if row is not None and row.value == value:
             return False
-        record = {"at": now.isoformat(timespec="seconds"), "by": by, "reason": reason,
-                  "old": None if row is None else row.value, "new": value}
+        record = {
+            "at": now.isoformat(timespec="seconds"),
+            "by": by,
+            "reason": reason,
+            "old": None if row is None else row.value,
+            "new": value,
+        }
         if evidence:
             record["evidence"] = evidence
         if row is None:

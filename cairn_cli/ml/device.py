@@ -1,0 +1,63 @@
+"""What this machine can run, asked of the machine and never assumed: its CPU flags (bf16 only where the CPU
+really has AVX-512 BF16 or AMX), and the one place torch's intra-op thread count is set. Also the offline switch
+every model load goes through. Stdlib at import (torch only when threads are applied)."""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+
+_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+_threads_wanted = 0  # 0: min(4, the cores)
+
+
+def offline() -> None:
+    """Nothing is ever fetched from a hub: set before transformers / sentence-transformers are imported."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@lru_cache(maxsize=1)
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags (Linux /proc/cpuinfo; empty elsewhere)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def bf16_supported() -> bool:
+    """AVX-512 BF16 or AMX on this CPU."""
+    return any(flag in cpu_flags() for flag in _BF16_FLAGS)
+
+
+def simd_summary() -> str:
+    """The flags that decide a CPU model's speed, for every timing cairn reports (e.g. "avx2 avx512f avx512_bf16")."""
+    wanted = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
+    return " ".join(f for f in wanted if f in cpu_flags()) or "none of avx2/avx512"
+
+
+def set_torch_threads(n: int) -> None:
+    """The wish for torch's intra-op threads (CAIRN_TORCH_THREADS; 0: min(4, the cores)), applied now when torch is
+    loaded and again after every model load (loading a model must never reset it)."""
+    global _threads_wanted
+    _threads_wanted = max(0, int(n))
+    apply_torch_threads()
+
+
+def apply_torch_threads() -> int | None:
+    """Apply the wish; returns torch's thread count, or None when torch is not loaded in this process."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    n = _threads_wanted or max(1, min(4, os.cpu_count() or 1))
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+    return torch.get_num_threads()
