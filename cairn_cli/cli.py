@@ -22,14 +22,22 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # help is plain text: no rich markup, so "[cm]" and other bracketed literals are shown as written
+    rich_markup_mode=None,
     help="Decide which long-term memories an agent sees, label every delivery, learn from the labels.",
 )
-memory_app = typer.Typer(no_args_is_help=True, help="The persistent memory store.")
-daemon_app = typer.Typer(no_args_is_help=True, help="The model daemon that keeps the hot path fast.")
-hook_app = typer.Typer(no_args_is_help=True, help="The Claude Code integration: the hooks and their installation.")
-ab_app = typer.Typer(no_args_is_help=True, help="The write-side live A/B of the generation rules.")
-ab_queue_app = typer.Typer(no_args_is_help=True, help="Candidate instructions for arm B.")
-stats_app = typer.Typer(no_args_is_help=True, help="What the labels say: deliveries, label volume, floors.")
+
+
+def _group(help: str) -> typer.Typer:
+    return typer.Typer(no_args_is_help=True, help=help, rich_markup_mode=None)
+
+
+memory_app = _group(help="The persistent memory store.")
+daemon_app = _group(help="The model daemon that keeps the hot path fast.")
+hook_app = _group(help="The Claude Code integration: the hooks and their installation.")
+ab_app = _group(help="The write-side live A/B of the generation rules.")
+ab_queue_app = _group(help="Candidate instructions for arm B.")
+stats_app = _group(help="What the labels say: deliveries, label volume, floors.")
 
 
 def handle_errors(fn: Callable) -> Callable:

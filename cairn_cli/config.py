@@ -108,6 +108,7 @@ _SETTINGS = [
     Setting("ENGAGEMENT_SEMANTIC_MIN", 0.55, float, "Cosine at which the semantic second chance counts as engaged."),
     Setting("ENGAGEMENT_CHUNK_CHARS", 400, int, "Response chunk size (characters) for the semantic test."),
     Setting("HOOK_SCOPE", "", str, "Scope the hooks rank and write in (default: the name of the hook's cwd)."),
+    Setting("STOP_MAX_MEMORIES", 20, int, "At most this many new memories a Stop writes (the rest is reported)."),
     Setting(
         "HOOK_TRANSCRIPT_WAIT_MS",
         500,

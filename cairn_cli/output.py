@@ -47,12 +47,14 @@ def table(
 ) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    tbl = Table(title=title, show_lines=False, header_style="bold")
+    # cells are data, never markup: a memory that says "[cm]" or "[red]" is shown as written
+    tbl = Table(title=Text(title) if title else None, show_lines=False, header_style="bold")
     for col in columns:
-        tbl.add_column(col, overflow="fold", max_width=(widths or {}).get(col))
+        tbl.add_column(Text(col), overflow="fold", max_width=(widths or {}).get(col))
     for row in rows:
-        tbl.add_row(*("" if row.get(c) is None else str(row.get(c)) for c in columns))
+        tbl.add_row(*(Text("" if row.get(c) is None else str(row.get(c))) for c in columns))
     console = Console(stderr=False)
     if not console.is_terminal:
         console = Console(width=200)

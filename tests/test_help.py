@@ -32,6 +32,38 @@ def test_every_command_is_in_the_readme(command):
     assert f"cairn {command}" in (ROOT / "README.md").read_text()
 
 
+def _command(path: str):
+    import typer.main
+
+    command = typer.main.get_command(app)
+    for part in path.split():
+        command = command.commands[part]
+    return command
+
+
+@pytest.mark.parametrize("command", ALL)
+def test_bracketed_literals_in_help_are_shown_as_written(cli, command):
+    """`[cm]`, `[/cm]`, `[OPTIONS]`-like literals in a docstring or an option's help must reach the reader."""
+    import re
+
+    cmd = _command(command)
+    texts = [cmd.help or ""] + [p.help or "" for p in cmd.params if getattr(p, "help", None)]
+    literals = {m for text in texts for m in re.findall(r"\[/?[A-Za-z][^\]\s]*\]", text)}
+    output = " ".join(cli(*command.split(), "--help").output.split())
+    missing = [lit for lit in literals if lit not in output]
+    assert not missing, f"{command} --help lost {missing}"
+
+
+def test_grade_help_names_the_cm_block(cli):
+    assert "Exit 2 when the text has no [cm] block" in " ".join(cli("grade", "--help").output.split())
+
+
+def test_tables_show_bracketed_data_as_written(cli):
+    assert cli("memory", "add", "Answer with a [cm] block; [red]this is not markup[/red]").exit_code == 0
+    out = cli("memory", "list").output
+    assert "[cm] block" in out and "[red]this is not markup[/red]" in out
+
+
 def test_every_setting_is_in_the_readme():
     from cairn_cli.config import SETTINGS
 

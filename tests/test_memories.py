@@ -114,3 +114,21 @@ def test_skip_invalid_reports_line_numbers(tmp_path):
 def test_entry_validation(entry, message):
     with pytest.raises(InvalidInput, match=message):
         memories.validate_entry(entry)
+
+
+def test_dedup_is_per_scope_and_a_merge_keeps_both_scopes_provenance():
+    webshop = _add("Run the migrations with make migrate", scope="webshop", source_ref="gen-1", session_id="s1")
+    billing = _add("Run the migrations with make migrate", scope="billing")
+    assert webshop.action == billing.action == "added" and webshop.id != billing.id
+    s = Settings()
+    assert {m.scope for m in memories.list_memories(s)} == {"webshop", "billing"}
+    # a global memory is seen from every scope: the same text written in a scope merges into it...
+    shared = _add("Commit messages say why, not what", scope="global")
+    again = _add("Commit messages say why, not what", scope="webshop", source_ref="gen-2", session_id="s9")
+    assert again.action == "merged" and again.id == shared.id
+    assert memories.get_memory(shared.id, s).scope == "global"
+    # ...and nothing about the second writing is lost: its scope, version and session are on record
+    [merge] = memories.merges_of(shared.id, s)
+    assert (merge.scope, merge.source_ref, merge.session_id, merge.method) == ("webshop", "gen-2", "s9", "exact")
+    # a global memory never merges into a scoped one (it would vanish from every other scope)
+    assert _add("Run the migrations with make migrate", scope="global").action == "added"

@@ -27,6 +27,19 @@ MEMORY_SCHEMA = {
         "embedding_model",
     ],
     "machine_state": ["key", "value", "updated_at", "history"],
+    "memory_merges": [
+        "id",
+        "memory_id",
+        "content",
+        "keywords",
+        "scope",
+        "kind",
+        "source_ref",
+        "session_id",
+        "method",
+        "similarity",
+        "merged_at",
+    ],
 }
 EPHEMERAL_SCHEMA = {
     "cairn_migrations": ["name", "applied_at"],
@@ -56,6 +69,7 @@ EPHEMERAL_SCHEMA = {
         "engaged_semantic",
         "engaged_at",
     ],
+    "evidence_applied": ["id", "session_id", "turn", "memory_id", "kind", "applied_at"],
     "hook_state": [
         "id",
         "session_id",
@@ -97,14 +111,37 @@ def test_databases_live_under_cairn_home(cairn_home):
 
 def test_migrations_are_recorded_in_order_and_applied_once(tmp_path):
     database = peewee.SqliteDatabase(str(tmp_path / "m.db"))
-    assert migrations.apply_pending(database, migrations.MEMORY_MIGRATIONS) == [
-        "0001_memories",
-        "0002_machine_state",
-        "0003_memories_updated_at_index",
-    ]
+    names = ["0001_memories", "0002_machine_state", "0003_memories_updated_at_index", "0004_memory_merges"]
+    assert migrations.apply_pending(database, migrations.MEMORY_MIGRATIONS) == names
     assert migrations.apply_pending(database, migrations.MEMORY_MIGRATIONS) == []
     rows = database.execute_sql("select name from cairn_migrations order by name").fetchall()
-    assert [r[0] for r in rows] == ["0001_memories", "0002_machine_state", "0003_memories_updated_at_index"]
+    assert [r[0] for r in rows] == names
+
+
+def test_evidence_recorded_in_hook_state_by_an_older_cairn_moves_to_its_own_table(tmp_path):
+    database = peewee.SqliteDatabase(str(tmp_path / "e.db"))
+    older = [m for m in migrations.EPHEMERAL_MIGRATIONS if m[0] < "0004"]
+    migrations.apply_pending(database, older)
+    database.execute_sql(
+        "INSERT INTO hook_state (session_id, turn, is_subagent, data, created_at) VALUES (?, ?, 0, ?, ?)",
+        ("s1", 3, '{"cu_applied": [7, 9], "contradict_applied": [4], "prompt": "x"}', "2026-01-01 00:00:00"),
+    )
+    assert migrations.apply_pending(database, migrations.EPHEMERAL_MIGRATIONS) == ["0004_evidence_applied"]
+    rows = database.execute_sql("SELECT session_id, turn, memory_id, kind FROM evidence_applied ORDER BY id")
+    assert rows.fetchall() == [("s1", 3, 7, "cu"), ("s1", 3, 9, "cu"), ("s1", 3, 4, "-!")]
+
+
+def test_home_databases_and_logs_are_private(cairn_home, cli):
+    """Prompts, memories and transcripts' content are nobody else's to read: home 0700, files 0600."""
+    from cairn_cli import hook_entry
+
+    hook_entry.log("a line")
+    assert cli("memory", "add", "a private memory").exit_code == 0
+    assert oct(cairn_home.stat().st_mode & 0o777) == "0o700"
+    for name in ("memory.db", "ephemeral.db", "logs/hook.log"):
+        assert oct((cairn_home / name).stat().st_mode & 0o777) == "0o600", name
+    for wal in cairn_home.glob("*.db-*"):
+        assert oct(wal.stat().st_mode & 0o777) == "0o600", wal.name
 
 
 def test_a_new_migration_applies_on_top(tmp_path):

@@ -96,7 +96,7 @@ def test_short_transcript():
     assert replies[0].line_no == 4
     [turn] = transcript.turns()
     assert turn.responses == replies and turn.interrupted and turn.source == "prompt"
-    assert transcript.last_assistant_text() == replies[0].text
+    assert transcript.last_response() == replies[0].text
 
 
 def test_compacted_session_with_task_notifications():
@@ -107,7 +107,7 @@ def test_compacted_session_with_task_notifications():
     turns = transcript.turns()
     assert [t.source for t in turns] == ["prompt", "task_notification", "task_notification", "prompt"]
     assert turns[0].interrupted and not turns[-1].interrupted
-    assert transcript.last_assistant_text().startswith("Yes — everything is pushed")
+    assert transcript.last_response().startswith("Yes — everything is pushed")
 
 
 def test_slash_commands_are_not_prompts():
@@ -118,7 +118,7 @@ def test_slash_commands_are_not_prompts():
     prompts = transcript.typed_prompts()
     assert not {m.uuid for m in commands} & {m.uuid for m in prompts}
     assert [p.line_no for p in prompts] == [3, 25]
-    assert transcript.last_assistant_text() is None  # the last turn only called tools before the interrupt
+    assert transcript.last_response() is None  # the last turn only called tools before the interrupt
 
 
 def _line(**entry) -> bytes:
@@ -211,7 +211,7 @@ def test_max_bytes_reads_only_the_tail(tmp_path):
         assert [p.text for p in transcript.typed_prompts()] == expected, max_bytes
     tail = read_transcript(path, max_bytes=whole)
     assert [m.text for m in tail.messages] == ["prompt 2", "reply 2"]
-    assert tail.last_assistant_text() == "reply 2"
+    assert tail.last_response() == "reply 2"
     assert read_transcript(path, max_bytes=0).messages == []
 
 

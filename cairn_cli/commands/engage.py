@@ -46,8 +46,7 @@ def engage(
 
         if not transcript.is_file():
             raise NotFound(f"no such transcript: {transcript}", "pass the session's .jsonl path")
-        turns = read_transcript(transcript).turns()
-        text = "\n".join(m.text for m in turns[-1].responses if m.text) if turns else ""
+        text = read_transcript(transcript).last_response() or ""
     else:
         text = read_response(response, file)
     if not text.strip():

@@ -89,11 +89,12 @@ class Transcript:
                 turns[-1].interrupted = True
         return turns
 
-    def last_assistant_text(self, *, include_sidechain: bool = False) -> str | None:
-        """Text of the last assistant reply with text in the last turn (tool-only replies are skipped)."""
-        turns = self.turns(include_sidechain=include_sidechain)
+    def last_response(self) -> str | None:
+        """The agent's response to the last turn of the main chain: the text of all its replies after the last typed
+        prompt, joined (tool-only replies have none); None when there is no text yet."""
+        turns = self.turns()
         texts = [m.text for m in turns[-1].responses if m.text] if turns else []
-        return texts[-1] if texts else None
+        return "\n".join(texts) if texts else None
 
 
 def read_transcript(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> Transcript:

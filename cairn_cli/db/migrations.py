@@ -126,15 +126,72 @@ def _deliveries_engagement_detail(db: peewee.Database) -> None:
     db.execute_sql("CREATE INDEX IF NOT EXISTS memory_deliveries_session_turn ON memory_deliveries (session_id, turn)")
 
 
+def _memory_merges(db: peewee.Database) -> None:
+    """Every time a written memory is merged into an existing one instead of stored, what was written (text,
+    keywords, scope, kind, version, session) and how it matched: a merge loses nothing."""
+    _create(
+        db,
+        "memory_merges",
+        {
+            "memory_id": peewee.IntegerField(index=True),
+            "content": peewee.TextField(),
+            "keywords": JSONField(),
+            "scope": peewee.CharField(max_length=200),
+            "kind": peewee.CharField(max_length=40),
+            "source_ref": peewee.CharField(max_length=200, null=True),
+            "session_id": peewee.CharField(max_length=200, null=True),
+            "method": peewee.CharField(max_length=20),
+            "similarity": peewee.FloatField(null=True),
+            "merged_at": peewee.DateTimeField(),
+        },
+    )
+
+
+def _evidence_applied(db: peewee.Database) -> None:
+    """One row per (session, turn, memory, cu | -!) applied: "applied once" is a unique row, inserted or not in the
+    same transaction as the confidence change, never a list rewritten from a stale copy (issue: a Stop then a
+    `cairn grade` on the same turn counted a corroboration twice). The lists kept in hook_state.data move here."""
+    import orjson
+
+    _create(
+        db,
+        "evidence_applied",
+        {
+            "session_id": peewee.CharField(max_length=200),
+            "turn": peewee.IntegerField(),
+            "memory_id": peewee.IntegerField(),
+            "kind": peewee.CharField(max_length=4),
+            "applied_at": peewee.DateTimeField(),
+        },
+        indexes=((("session_id", "turn", "memory_id", "kind"), True),),
+    )
+    now = utcnow()
+    for session_id, turn, data in db.execute_sql("SELECT session_id, turn, data FROM hook_state").fetchall():
+        try:
+            record = orjson.loads(data) if data else {}
+        except orjson.JSONDecodeError:
+            continue
+        for key, kind in (("cu_applied", "cu"), ("contradict_applied", "-!")):
+            for memory_id in record.get(key) or []:
+                if isinstance(memory_id, int):
+                    db.execute_sql(
+                        "INSERT INTO evidence_applied (session_id, turn, memory_id, kind, applied_at) "
+                        "VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING".replace("%s", db.param),
+                        (session_id, turn, memory_id, kind, now),
+                    )
+
+
 MEMORY_MIGRATIONS: list[Migration] = [
     ("0001_memories", _memories_v1),
     ("0002_machine_state", _machine_state_v1),
     ("0003_memories_updated_at_index", _memories_updated_at_index),
+    ("0004_memory_merges", _memory_merges),
 ]
 EPHEMERAL_MIGRATIONS: list[Migration] = [
     ("0001_memory_deliveries", _deliveries_v1),
     ("0002_hook_state", _hook_state_v1),
     ("0003_deliveries_engagement_detail", _deliveries_engagement_detail),
+    ("0004_evidence_applied", _evidence_applied),
 ]
 
 

@@ -47,6 +47,24 @@ class Memory(_MemoryBase):
         table_name = "memories"
 
 
+class MemoryMerge(_MemoryBase):
+    """A written memory merged into an existing one: what was written and how it matched (nothing lost)."""
+
+    memory_id = peewee.IntegerField(index=True)
+    content = peewee.TextField()
+    keywords = JSONField(default=list)
+    scope = peewee.CharField(max_length=200)
+    kind = peewee.CharField(max_length=40)
+    source_ref = peewee.CharField(max_length=200, null=True)
+    session_id = peewee.CharField(max_length=200, null=True)
+    method = peewee.CharField(max_length=20)  # exact | normalised | semantic
+    similarity = peewee.FloatField(null=True)
+    merged_at = peewee.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "memory_merges"
+
+
 class MachineState(_MemoryBase):
     key = peewee.CharField(max_length=200, primary_key=True)
     value = JSONField(null=True)
@@ -85,6 +103,20 @@ class MemoryDelivery(_EphemeralBase):
 
     class Meta:
         table_name = "memory_deliveries"
+
+
+class EvidenceApplied(_EphemeralBase):
+    """A cu / -! applied for one turn: the unique row is the "applied once" record."""
+
+    session_id = peewee.CharField(max_length=200)
+    turn = peewee.IntegerField()
+    memory_id = peewee.IntegerField()
+    kind = peewee.CharField(max_length=4)  # cu | -!
+    applied_at = peewee.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "evidence_applied"
+        indexes = ((("session_id", "turn", "memory_id", "kind"), True),)
 
 
 class HookState(_EphemeralBase):

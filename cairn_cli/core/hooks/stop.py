@@ -50,12 +50,13 @@ def response_text(payload: HookPayload, wait_ms: int) -> tuple[str | None, str |
     deadline = time.monotonic() + wait_ms / 1000.0
     while True:
         try:
-            turns = read_transcript(path, max_bytes=4_000_000).turns()
+            text = read_transcript(path, max_bytes=4_000_000).last_response()
         except OSError:
             return None, None
-        texts = [m.text for m in turns[-1].responses if m.text] if turns else []
-        if texts or time.monotonic() >= deadline:
-            return ("\n".join(texts), "transcript") if texts else (None, None)
+        if text is not None:
+            return text, "transcript"
+        if time.monotonic() >= deadline:
+            return None, None
         time.sleep(0.05)
 
 
@@ -64,32 +65,13 @@ def apply_stop(payload: HookPayload, settings: Settings, *, embed_with_model, em
     for new memories, `embed(texts)` -> vectors | None for the semantic engagement test."""
     from cairn_cli.core.experiment.rules import live
     from cairn_cli.core.labels.cm import parse_cm
-    from cairn_cli.core.labels.engagement import engagement_decisions, turn_memories, write_decisions
-    from cairn_cli.core.labels.grades import apply_relevance_grades
-    from cairn_cli.core.store import hookstate
-    from cairn_cli.core.store.memories import add_memories, embedding_text
+    from cairn_cli.core.labels.engagement import engagement_decisions, turn_memories
     from cairn_cli.core.text import sha256
-    from cairn_cli.db.tables import MemoryDelivery, ephemeral_proxy, memory_proxy
 
-    row = hookstate.latest_main_turn(payload.session_id)
-    if row is None:
-        last = (
-            MemoryDelivery.select(MemoryDelivery.turn)
-            .where(MemoryDelivery.session_id == payload.session_id)
-            .order_by(MemoryDelivery.turn.desc())
-            .first()
-        )
-        turn = last.turn if last else None
-    else:
-        turn = row.turn
+    row, turn = _current_turn(payload.session_id)
     report = StopReport(payload.session_id, turn)
     if payload.is_subagent:
-        if row is not None:
-            events = list((row.data or {}).get("subagent_stops", []))
-            if payload.agent_id not in [e.get("agent_id") for e in events]:
-                hookstate.update_data(
-                    row, subagent_stops=events + [{"agent_id": payload.agent_id, "agent_type": payload.agent_type}]
-                )
+        _record_subagent_stop(row, payload)
         report.skipped = f"subagent {payload.agent_id} stop recorded; subagents are not graded"
         return report
     text, report.response_source = response_text(payload, settings.HOOK_TRANSCRIPT_WAIT_MS)
@@ -97,34 +79,95 @@ def apply_stop(payload: HookPayload, settings: Settings, *, embed_with_model, em
         report.skipped = "no response text (no last_assistant_message and none in the transcript)"
         return report
     digest = sha256(text)
-    if row is not None and ((row.data or {}).get("stop") or {}).get("response_sha256") == digest:
+    data = (row.data or {}) if row is not None else {}
+    if (data.get("stop") or {}).get("response_sha256") == digest:
         report.skipped = "this response was already applied"
         return report
-    data = (row.data or {}) if row is not None else {}
     source_ref = data.get("source_ref") or live(settings).version
     cm = parse_cm(text, source_ref=source_ref, session_id=payload.session_id)
     report.problems.extend(cm.problems)
     if not cm.found:
         report.notes.append("the response has no [cm] block")
+    _cap_memories(cm, settings.STOP_MAX_MEMORIES, report)
     # model calls first, outside the transaction: new memories' embeddings, the semantic engagement test
-    texts = [embedding_text(m.content, m.keywords) for m in cm.memories]
+    embedder = _precomputed_embedder(cm.memories, embed_with_model, report)
+    delivered = turn_memories(payload.session_id, turn) if turn is not None else []
+    decisions, notes = engagement_decisions(delivered, text, data.get("prompt") or "", settings, embed)
+    report.notes.extend(notes)
+    _write(payload.session_id, row, turn, cm, decisions, digest, source_ref, embedder, settings, report)
+    return report
+
+
+def _current_turn(session_id: str):
+    """(the newest main-agent hook_state row or None, its turn — else the session's last delivered turn — or None)."""
+    from cairn_cli.core.store import hookstate
+    from cairn_cli.db.tables import MemoryDelivery
+
+    row = hookstate.latest_main_turn(session_id)
+    if row is not None:
+        return row, row.turn
+    turn = (
+        MemoryDelivery.select(MemoryDelivery.turn)
+        .where(MemoryDelivery.session_id == session_id)
+        .order_by(MemoryDelivery.turn.desc())
+        .scalar()
+    )
+    return None, turn
+
+
+def _record_subagent_stop(row, payload: HookPayload) -> None:
+    from cairn_cli.core.store import hookstate
+
+    if row is None:
+        return
+    events = list((row.data or {}).get("subagent_stops", []))
+    if payload.agent_id not in [e.get("agent_id") for e in events]:
+        hookstate.update_data(
+            row, subagent_stops=[*events, {"agent_id": payload.agent_id, "agent_type": payload.agent_type}]
+        )
+
+
+def _cap_memories(cm, cap: int, report: StopReport) -> None:
+    """A runaway agent writes at most `cap` memories a turn; the rest is reported, never silently dropped."""
+    if len(cm.memories) > cap:
+        report.problems.append(
+            f"{len(cm.memories) - cap} more memories not written (CAIRN_STOP_MAX_MEMORIES={cap}): "
+            "a turn writes a few memories, not hundreds"
+        )
+        cm.memories = cm.memories[:cap]
+
+
+def _precomputed_embedder(new_memories, embed_with_model, report: StopReport):
+    """Embed the turn's new memories now (outside any transaction); an embedder for add_memories that answers
+    from these vectors for the memories that really are new (not merged into an existing one)."""
+    from cairn_cli.core.store.memories import embedding_text
+
+    texts = [embedding_text(m.content, m.keywords) for m in new_memories]
     got = embed_with_model(texts) if texts else None
     if texts and got is None:
         report.notes.append("no embedder answered: new memories are embedded when the daemon next ranks")
     by_text = dict(zip(texts, got[1])) if got else {}
 
-    def precomputed(fresh: list[str]):  # only the memories that were not merged into an existing one
+    def precomputed(fresh: list[str]):
         return (got[0], [by_text[t] for t in fresh]) if got else None
 
-    delivered = turn_memories(payload.session_id, turn) if turn is not None else []
-    decisions, notes = engagement_decisions(delivered, text, data.get("prompt") or "", settings, embed)
-    report.notes.extend(notes)
+    return precomputed
+
+
+def _write(session_id, row, turn, cm, decisions, digest, source_ref, embedder, settings, report: StopReport) -> None:
+    """Everything the Stop writes, in one transaction per database."""
+    from cairn_cli.core.labels.engagement import write_decisions
+    from cairn_cli.core.labels.grades import apply_relevance_grades
+    from cairn_cli.core.store import hookstate
+    from cairn_cli.core.store.memories import add_memories
+    from cairn_cli.db.tables import ephemeral_proxy, memory_proxy
+
     with memory_proxy.atomic(), ephemeral_proxy.atomic():
         if cm.memories:
-            results = add_memories(cm.memories, settings, embed=precomputed)
+            results = add_memories(cm.memories, settings, embed=embedder)
             report.memories = [{"id": r.id, "action": r.action, "source_ref": source_ref} for r in results]
         if turn is not None and cm.found:
-            graded = apply_relevance_grades(cm, payload.session_id, settings, turn=turn)
+            graded = apply_relevance_grades(cm, session_id, settings, turn=turn)
             report.grades = graded.as_dict()
             report.problems = list(dict.fromkeys(report.problems + graded.problems))
         elif cm.grades:
@@ -136,13 +179,10 @@ def apply_stop(payload: HookPayload, settings: Settings, *, embed_with_model, em
             "decisions": [vars(d) for d in decisions],
         }
         if row is not None:
-            hookstate.update_data(
-                row,
-                stop={
-                    "response_sha256": digest,
-                    "memories": len(report.memories),
-                    "graded": len((report.grades or {}).get("applied", [])),
-                    "engaged": report.engagement["engaged"],
-                },
-            )
-    return report
+            stop = {
+                "response_sha256": digest,
+                "memories": len(report.memories),
+                "graded": len((report.grades or {}).get("applied", [])),
+                "engaged": report.engagement["engaged"],
+            }
+            hookstate.update_data(row, stop=stop)

@@ -16,8 +16,11 @@ from cairn_cli.errors import InvalidInput
 
 _BLOCK = re.compile(r"\[cm\](.*?)(?:\[/cm\]|\Z)", re.DOTALL | re.IGNORECASE)
 _FENCE = re.compile(r"^\s*```[a-zA-Z]*\s*|\s*```\s*$")
-_GRADE = re.compile(r"^\s*#?(\d+)\s*:\s*(-?\d+)\s*(!?)\s*$")
+# ids and grades are ASCII digits only: int() would read "١٦" or "１６" as 16 and grade a memory nobody named
+_GRADE = re.compile(r"^\s*#?([0-9]+)\s*:\s*(-?[0-9]+)\s*(!?)\s*$", re.ASCII)
+_ID = re.compile(r"^\s*#?([0-9]+)\s*$", re.ASCII)
 MAX_GRADE = 3
+MAX_ID = 2**63 - 1  # a database row id; anything larger cannot name a memory (and overflows the driver)
 
 
 @dataclass(frozen=True)
@@ -67,25 +70,34 @@ def parse_grade(item: object) -> Grade:
         mid, grade, hard = int(m.group(1)), int(m.group(2)), bool(m.group(3))
     else:
         raise ValueError(f'grade item {item!r:.40} is not a string "id:grade"')
+    if memory_id(mid) is None:
+        raise ValueError(f"grade item: {str(mid)[:30]!r} is not a memory id")
     if not 0 <= grade <= MAX_GRADE:
-        raise ValueError(f"grade {grade} for memory {mid} is outside 0-{MAX_GRADE}")
+        raise ValueError(f"grade {str(grade)[:30]} for memory {mid} is outside 0-{MAX_GRADE}")
     if hard and grade != 0:
         raise ValueError(f"memory {mid}: a hard negative (!) must have grade 0, got {grade}")
     return Grade(mid, grade, hard)
+
+
+def memory_id(item: object) -> int | None:
+    """A memory id from the agent: a positive integer (or its ASCII-digit string, `#` allowed) a row id can be."""
+    if isinstance(item, bool):
+        return None
+    if isinstance(item, str):
+        m = _ID.match(item)
+        item = int(m.group(1)) if m else None
+    return item if isinstance(item, int) and 0 < item <= MAX_ID else None
 
 
 def _ids(value: object, key: str, problems: list[str]) -> list[int]:
     items = value if isinstance(value, list) else [value]
     out: list[int] = []
     for item in items:
-        if isinstance(item, bool):
-            problems.append(f"{key}: {item!r} is not a memory id")
-        elif isinstance(item, int):
-            out.append(item)
-        elif isinstance(item, str) and item.strip().lstrip("#").isdigit():
-            out.append(int(item.strip().lstrip("#")))
-        else:
+        mid = memory_id(item)
+        if mid is None:
             problems.append(f"{key}: {str(item)[:40]!r} is not a memory id")
+        else:
+            out.append(mid)
     return list(dict.fromkeys(out))
 
 

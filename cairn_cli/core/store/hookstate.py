@@ -54,7 +54,10 @@ def turn_prompt(session_id: str, turn: int) -> str | None:
 
 
 def update_data(row, **values) -> None:
+    """Merge `values` into the turn's data as it is NOW in the database (the caller holds the transaction): a copy
+    read earlier must never write back keys someone else changed meanwhile."""
     from cairn_cli.db.tables import HookState
 
-    row.data = {**(row.data or {}), **values}
+    current = HookState.select(HookState.data).where(HookState.id == row.id).scalar()
+    row.data = {**(current or {}), **values}
     HookState.update(data=row.data).where(HookState.id == row.id).execute()

@@ -19,6 +19,7 @@ from cairn_cli.config import Settings
 from cairn_cli.core.text import clean_keywords, normalise, sha256
 from cairn_cli.errors import InvalidInput, NotFound
 
+GLOBAL = "global"
 KINDS = ("fact", "procedure", "correction", "preference", "decision", "pitfall", "meta")
 MAX_CONTENT_CHARS = 4000
 _ENTRY_KEYS = {"content", "keywords", "scope", "kind", "source_ref", "session_id"}
@@ -149,29 +150,22 @@ def add_memories(
 ) -> list[AddResult]:
     """Add or merge each entry, all in one transaction; new memories are embedded in one batch by `embed`
     (default: the configured model in this process). When `embed` answers None the memories are stored
-    without an embedding and the daemon embeds them when it next refreshes its table."""
+    without an embedding and the daemon embeds them when it next refreshes its table.
+
+    Dedup is per scope: an entry merges into a live memory with the same (or the same normalised) text in its own
+    scope or in `global` (which every scope sees); a global entry merges only into a global memory. A merge unions
+    the keywords and records what was written in `memory_merges`."""
     from cairn_cli.db.tables import Memory, memory_proxy
 
     results: list[AddResult] = []
-    fresh: list[Memory] = []
+    fresh: list = []
     with memory_proxy.atomic():
         for entry in entries:
             h, nh = sha256(entry.content), sha256(normalise(entry.content))
-            existing = (
-                Memory.select()
-                .where(((Memory.content_hash == h) | (Memory.norm_hash == nh)) & Memory.superseded_by.is_null())
-                .order_by(Memory.id)
-                .first()
-            )
+            existing = _duplicate_of(entry, h, nh)
             if existing is not None:
-                new_kws = [k for k in entry.keywords if k not in existing.keywords]
-                if new_kws:
-                    existing.keywords = existing.keywords + new_kws
-                if existing.source_ref is None and entry.source_ref:
-                    existing.source_ref = entry.source_ref
-                existing.updated_at = utcnow()
-                existing.save()
-                results.append(AddResult(existing.id, "merged", new_kws))
+                method = "exact" if existing.content_hash == h else "normalised"
+                results.append(AddResult(existing.id, "merged", merge_into(existing, entry, method)))
             else:
                 mem = Memory.create(
                     content=entry.content,
@@ -193,6 +187,85 @@ def add_memories(
             if got is not None:
                 store_embeddings([m.id for m in fresh], got[1], got[0])
     return results
+
+
+def _duplicate_of(entry: MemoryInput, content_hash: str, norm_hash: str):
+    """The live memory `entry` repeats, in its scope first, then in global; None."""
+    from cairn_cli.db.tables import Memory
+
+    scopes = [entry.scope] if entry.scope == GLOBAL else [entry.scope, GLOBAL]
+    candidates = (
+        Memory.select()
+        .where(
+            ((Memory.content_hash == content_hash) | (Memory.norm_hash == norm_hash))
+            & Memory.superseded_by.is_null()
+            & Memory.scope.in_(scopes)
+        )
+        .order_by(Memory.id)
+    )
+    return min(candidates, key=lambda m: (m.scope != entry.scope, m.id), default=None)
+
+
+def merge_into(existing, entry: MemoryInput, method: str, similarity: float | None = None) -> list[str]:
+    """Merge a written entry into an existing memory: keywords unioned, a missing source_ref filled, and what was
+    written recorded in memory_merges. Returns the keywords it added."""
+    from cairn_cli.db.tables import MemoryMerge
+
+    new_kws = [k for k in entry.keywords if k not in existing.keywords]
+    if new_kws:
+        existing.keywords = existing.keywords + new_kws
+    if existing.source_ref is None and entry.source_ref:
+        existing.source_ref = entry.source_ref
+    existing.updated_at = utcnow()
+    existing.save()
+    MemoryMerge.create(
+        memory_id=existing.id,
+        content=entry.content,
+        keywords=entry.keywords,
+        scope=entry.scope,
+        kind=entry.kind,
+        source_ref=entry.source_ref,
+        session_id=entry.session_id,
+        method=method,
+        similarity=similarity,
+    )
+    return new_kws
+
+
+@dataclass
+class MergeView:
+    memory_id: int
+    content: str
+    keywords: list[str]
+    scope: str
+    kind: str
+    source_ref: str | None
+    session_id: str | None
+    method: str
+    similarity: float | None
+    merged_at: str
+
+
+def merges_of(memory_id: int, settings: Settings) -> list[MergeView]:
+    """What was merged into a memory, oldest first."""
+    from cairn_cli.db.tables import MemoryMerge
+
+    rows = MemoryMerge.select().where(MemoryMerge.memory_id == memory_id).order_by(MemoryMerge.id)
+    return [
+        MergeView(
+            r.memory_id,
+            r.content,
+            list(r.keywords),
+            r.scope,
+            r.kind,
+            r.source_ref,
+            r.session_id,
+            r.method,
+            r.similarity,
+            r.merged_at.isoformat(timespec="seconds"),
+        )
+        for r in rows
+    ]
 
 
 def parse_jsonl(
@@ -315,23 +388,35 @@ def supersede(old_id: int, new_id: int, settings: Settings) -> MemoryView:
     return _view(old)
 
 
+def exists(memory_id: int) -> bool:
+    from cairn_cli.db.tables import Memory
+
+    return Memory.select(Memory.id).where(Memory.id == memory_id).exists()
+
+
+def add_evidence(memory_id: int, *, corroborate: bool, settings: Settings) -> bool:
+    """One corroboration (cu) or contradiction (-!) and the confidence it implies, in one UPDATE (concurrent
+    writers never lose a count). False when there is no such memory."""
+    from cairn_cli.db.tables import Memory
+
+    c = Memory.corroborations + (1 if corroborate else 0)
+    x = Memory.contradictions + (0 if corroborate else 1)
+    pos, neg = float(settings.CONFIDENCE_PRIOR_POS), float(settings.CONFIDENCE_PRIOR_NEG)
+    query = Memory.update(
+        corroborations=c, contradictions=x, confidence=(pos + c) / (pos + neg + c + x), updated_at=utcnow()
+    )
+    return query.where(Memory.id == memory_id).execute() == 1
+
+
 def record_evidence(memory_ids: Iterable[int], settings: Settings, *, corroborate: bool) -> list[MemoryView]:
     """Corroborate (cu) or contradict (-!) memories and recompute their confidence, in one transaction."""
     from cairn_cli.db.tables import memory_proxy
 
-    out = []
     with memory_proxy.atomic():
         for memory_id in memory_ids:
-            mem = _get(memory_id)
-            if corroborate:
-                mem.corroborations += 1
-            else:
-                mem.contradictions += 1
-            mem.confidence = confidence_of(mem.corroborations, mem.contradictions, settings)
-            mem.updated_at = utcnow()
-            mem.save()
-            out.append(_view(mem))
-    return out
+            if not add_evidence(memory_id, corroborate=corroborate, settings=settings):
+                raise NotFound(f"no memory with id {memory_id}", "see `cairn memory list`")
+    return [_view(_get(memory_id)) for memory_id in memory_ids]
 
 
 def embed_missing(settings: Settings, *, progress: Callable[[int], None] | None = None) -> int:
