@@ -48,3 +48,29 @@ def test_broken_config_file_is_a_clear_error(cairn_home):
 def test_default_urls_are_sqlite_under_home(cairn_home):
     assert config.memory_db_url() == f"sqlite:///{cairn_home / 'memory.db'}"
     assert config.ephemeral_db_url("sqlite:///x.db") == "sqlite:///x.db"
+
+
+def test_a_missing_runtime_dependency_is_an_error_naming_the_install_not_a_quiet_fallback(monkeypatch):
+    import sys
+
+    from cairn_cli.core import text
+    from cairn_cli.errors import MissingDependency
+
+    monkeypatch.setitem(sys.modules, "Stemmer", None)  # what a machine without PyStemmer sees
+    text._stemmer.cache_clear()
+    text.stem.cache_clear()
+    try:
+        with pytest.raises(MissingDependency, match="PyStemmer is not installed") as err:
+            text.terms("running tests")
+        assert "pip install" in err.value.one_line()
+    finally:
+        text._stemmer.cache_clear()
+        text.stem.cache_clear()
+
+
+def test_what_the_tests_run_with_is_what_an_install_gets():
+    """PyStemmer is a runtime dependency of the package, not only of the test extra."""
+    from importlib.metadata import requires
+
+    runtime = [r for r in requires("cairn_cli") if "extra ==" not in r]
+    assert any(r.lower().startswith("pystemmer") for r in runtime), runtime

@@ -44,7 +44,9 @@ def device_facts() -> DeviceFacts:
     try:
         import torch
     except ImportError:
-        return DeviceFacts(False, 0.0)
+        from cairn_cli.errors import MissingDependency
+
+        raise MissingDependency("torch is not installed", "pip install torch==2.13.0 (the CPU build)") from None
     if not torch.cuda.is_available():
         return DeviceFacts(False, 0.0)
     return DeviceFacts(True, torch.cuda.get_device_properties(0).total_memory / 2**30)

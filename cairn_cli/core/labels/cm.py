@@ -52,9 +52,10 @@ class CmBlock:
         }
 
 
-def strip_block(text: str) -> str:
-    """The response without its [cm] block(s): what engagement detection reads."""
-    return _BLOCK.sub("", text or "").strip()
+def strip_block(text: str, sep: str = "") -> str:
+    """The text without its [cm] block(s), each replaced by `sep`: what engagement detection reads, and what a
+    context window keeps of an earlier answer."""
+    return _BLOCK.sub(sep, text or "").strip()
 
 
 def parse_grade(item: object) -> Grade:

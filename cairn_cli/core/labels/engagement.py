@@ -27,6 +27,7 @@ from cairn_cli.config import Settings
 from cairn_cli.core.text import STOP_WORDS, stem, term_set
 
 LEXICAL, SEMANTIC = "lexical", "semantic"
+ENGAGEMENT_KEY = "engagement_semantic_min"  # machine state: the threshold calibrate-floor fitted to the grades
 
 # Words a coding agent's response contains whatever it is about: sharing them is not evidence of use.
 GENERIC_WORDS = frozenset(
@@ -275,12 +276,19 @@ def turn_memories(session_id: str, turn: int) -> list[MemoryText]:
     ]
 
 
+def engagement_semantic_min(settings: Settings) -> float:
+    """The semantic-engagement threshold in force: the calibrated one in machine state, else the configured one."""
+    from cairn_cli.core.store import state
+
+    calibrated = state.get(ENGAGEMENT_KEY, settings)
+    return settings.ENGAGEMENT_SEMANTIC_MIN if calibrated is None else float(calibrated)
+
+
 def engagement_decisions(
     memories: list[MemoryText], response: str, prompt: str, settings: Settings, embed: Embed | None
 ) -> tuple[list[Decision], list[str]]:
     """`decide` with the thresholds in force (the semantic one calibrated, else configured; only when enabled)."""
     from cairn_cli.core.labels.cm import strip_block
-    from cairn_cli.core.learning.calibration import engagement_semantic_min
 
     return decide(
         memories,

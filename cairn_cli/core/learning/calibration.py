@@ -14,19 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cairn_cli.config import Settings
+from cairn_cli.core.labels.engagement import ENGAGEMENT_KEY, engagement_semantic_min
 from cairn_cli.core.store import state
 from cairn_cli.errors import InvalidInput, NotFound
 
 GRADES = (0, 1, 2, 3)
 RERANKER, ENGAGEMENT = "reranker", "engagement"
-ENGAGEMENT_KEY = "engagement_semantic_min"
 APPLIED_BY = "cairn calibrate-floor"
-
-
-def engagement_semantic_min(settings: Settings) -> float:
-    """The semantic-engagement threshold in force: the calibrated one in machine state, else the configured one."""
-    calibrated = state.get(ENGAGEMENT_KEY, settings)
-    return settings.ENGAGEMENT_SEMANTIC_MIN if calibrated is None else float(calibrated)
 
 
 def current_floor(model: str, settings: Settings) -> float | None:

@@ -53,7 +53,7 @@ def silver_path() -> Path:
 
 
 def query_key(query: str) -> str:
-    from cairn_cli.core.ranking.context import context_key
+    from cairn_cli.core.text import context_key
 
     return context_key(query)
 

@@ -14,7 +14,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cairn_cli.core.text import sha256
+from cairn_cli.core.labels.cm import strip_block
+from cairn_cli.core.text import context_key
 from cairn_cli.errors import InvalidInput, NotFound
 
 INJECTION_TAG = "cairn-memories"
@@ -25,7 +26,6 @@ _DROP_BLOCKS = re.compile(
     r"command-args|local-command-stdout|local-command-caveat|task-notification)\b[^>]*>.*?</\1>",
     re.DOTALL | re.IGNORECASE,
 )
-_CM_BLOCK = re.compile(r"\[cm\].*?(\[/cm\]|\Z)", re.DOTALL | re.IGNORECASE)
 _SPACE = re.compile(r"\s+")
 
 
@@ -41,12 +41,8 @@ class ContextWindow:
 def clean(text: str) -> str:
     """Drop the blocks that are not the user's or agent's own words, fold whitespace."""
     text = _DROP_BLOCKS.sub(" ", text)
-    text = _CM_BLOCK.sub(" ", text)
+    text = strip_block(text, " ")
     return _SPACE.sub(" ", text).strip()
-
-
-def context_key(text: str) -> str:
-    return sha256(text)[:16]
 
 
 def _earlier_turns(transcript_path: Path, prompt: str) -> list[tuple[str, str]]:

@@ -155,7 +155,7 @@ def payload_from_flags(session, turn, context, reranker_model, memories: list[st
 
 def parse_external(payload: object, *, default_layer: str = "external") -> list[DeliveryInput]:
     """Validate strictly a delivery record made by another ranker (see `cairn log-delivery --help`)."""
-    from cairn_cli.core.ranking.context import context_key
+    from cairn_cli.core.text import context_key
 
     if not isinstance(payload, dict):
         raise InvalidInput("the delivery must be a JSON object", "see `cairn log-delivery --help` for the shape")
