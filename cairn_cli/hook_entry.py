@@ -35,10 +35,6 @@ def _failed(event: str, exc: BaseException) -> int:
     return 0
 
 
-def _stdin() -> bytes:
-    return sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
-
-
 def run_prompt(raw: bytes | None = None) -> int:
     """UserPromptSubmit: rank, log the deliveries and the turn, print the rules and memories for the context."""
     t0 = time.perf_counter()
@@ -46,8 +42,9 @@ def run_prompt(raw: bytes | None = None) -> int:
         from cairn_cli import config
         from cairn_cli.core.hooks.payload import PROMPT_EVENT, parse_payload, prompt_request
         from cairn_cli.daemon import dispatch
+        from cairn_cli.hotpath import stdin_bytes
 
-        payload = parse_payload(_stdin() if raw is None else raw, PROMPT_EVENT)
+        payload = parse_payload(stdin_bytes() if raw is None else raw, PROMPT_EVENT)
         result = dispatch.rank(prompt_request(payload, config.get("HOOK_SCOPE")), {}, autostart=True)
         if result["injection"]:
             sys.stdout.write(result["injection"] + "\n")
@@ -72,8 +69,9 @@ def run_stop(raw: bytes | None = None) -> int:
         from cairn_cli.core.hooks.stop import apply_stop
         from cairn_cli.core.store import open_stores
         from cairn_cli.daemon import dispatch
+        from cairn_cli.hotpath import stdin_bytes
 
-        payload = parse_payload(_stdin() if raw is None else raw, STOP_EVENT)
+        payload = parse_payload(stdin_bytes() if raw is None else raw, STOP_EVENT)
         settings = Settings()
         open_stores(settings)
         report = apply_stop(payload, settings, embed_with_model=dispatch.embed_with_model, embed=dispatch.embed)

@@ -15,8 +15,12 @@ def read_text_arg(value: str | None, what: str, hint: str) -> str:
         return value
     if value is None and sys.stdin.isatty():
         raise InvalidInput(f"no {what} given", hint)
-    data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
-    return data.decode("utf-8", errors="replace")
+    return stdin_bytes().decode("utf-8", errors="replace")
+
+
+def stdin_bytes() -> bytes:
+    """All of stdin as bytes (a text-mode stand-in, as in tests, is encoded)."""
+    return sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
 
 
 def read_prompt(value: str | None) -> str:

@@ -5,7 +5,7 @@ import datetime as dt
 import pytest
 
 from cairn_cli.config import Settings
-from cairn_cli.core.ranking.scoring import Candidate, LexicalIndex, ScoringTable, lexical_field, recency
+from cairn_cli.core.ranking.scoring import Candidate, LexicalIndex, ScoringTable, lexical_field
 
 NOW = dt.datetime(2026, 6, 1)
 
@@ -100,5 +100,9 @@ def test_top_keeps_the_best_in_order():
     assert [s.candidate.id for s in top] == [s.candidate.id for s in everything[:5]] == [29, 28, 27, 26, 25]
 
 
-def test_recency_half_life():
-    assert recency(NOW - dt.timedelta(days=30), NOW, 30.0) == pytest.approx(0.5)
+def test_an_unknown_score_weight_is_a_configuration_error_not_recency():
+    from cairn_cli.errors import ConfigError
+
+    table = ScoringTable([Candidate(1, "deploy with make release", [], "global", "fact", 0.75, NOW)], 2)
+    with pytest.raises(ConfigError, match="unknown score weight 'recncy'"):
+        table.score("deploy", None, scope=None, weights={"keywords": 0.15, "recncy": 0.0}, half_life_days=30.0)

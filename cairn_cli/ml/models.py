@@ -130,13 +130,3 @@ def get_encoder(name: str, dtype: str = "auto") -> Encoder:
                     f"set CAIRN_EMBED_MODEL to {BUNDLED_EMBEDDER} or {HASHING_EMBEDDER}",
                 )
         return _cache[key]
-
-
-def to_blob(vec: np.ndarray) -> bytes:
-    return np.asarray(vec, dtype=np.float32).tobytes()
-
-
-def from_blobs(blobs: list[bytes], dim: int) -> np.ndarray:
-    if not blobs:
-        return np.zeros((0, dim), dtype=np.float32)
-    return np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), -1)

@@ -118,7 +118,9 @@ class ArmStats:
 
 
 @dataclass
-class Decision:
+class Verdict:
+    """The pre-registered A/B gate's verdict on the data so far, with the numbers behind it."""
+
     decision: str  # promote | retire | continue | off
     reason: str
     wins: int = 0
@@ -237,11 +239,11 @@ def sprt(wins: int, losses: int, *, p1: float, alpha: float, beta: float, min_se
     return "continue", llr, f"not yet decided: log LR {llr:.2f} in ({lower:.2f}, {upper:.2f}) ({tally})"
 
 
-def evaluate(settings: Settings) -> Decision:
+def evaluate(settings: Settings) -> Verdict:
     """The pre-registered gate on the data so far (pure read: safe to run as often as cron likes)."""
     current = arms(settings)
     if not current.versions.get("B"):
-        return Decision("off", "no arm B: queue a candidate with `cairn ab queue add`")
+        return Verdict("off", "no arm B: queue a candidate with `cairn ab queue add`")
     per_session, arm_stats = session_outcomes(settings, current.versions)
     wins = losses = ties = 0
     for cells in per_session.values():
@@ -256,7 +258,7 @@ def evaluate(settings: Settings) -> Decision:
         beta=settings.AB_BETA,
         min_sessions=settings.AB_MIN_SESSIONS,
     )
-    d = Decision(
+    d = Verdict(
         "continue",
         why,
         wins,
@@ -289,7 +291,7 @@ def _bump(version: str) -> str:
     return f"{head}-{int(tail) + 1}" if head and tail.isdigit() else f"{version}-2"
 
 
-def apply_decision(d: Decision, settings: Settings, *, by: str) -> dict:
+def apply_decision(d: Verdict, settings: Settings, *, by: str) -> dict:
     """Promote (A's rules + B's instruction become the live rules, the version is bumped) or retire B; either way
     the next queued candidate becomes B. One transaction, every key audited with the numbers."""
     from cairn_cli.db.tables import memory_proxy

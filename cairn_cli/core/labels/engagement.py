@@ -184,7 +184,9 @@ class MemoryText:
 
 
 @dataclass
-class Decision:
+class Engagement:
+    """Whether one delivered memory was used by the response, which test decided it, and both measurements."""
+
     memory_id: int
     delivery_id: int | None
     engaged: bool
@@ -204,7 +206,7 @@ def decide(
     semantic_min: float,
     chunk_chars: int,
     embed: Embed | None = None,
-) -> tuple[list[Decision], list[str]]:
+) -> tuple[list[Engagement], list[str]]:
     """Decide engagement for each memory. `embed` (texts -> unit or raw vectors, or None when no embedder
     answers) enables the semantic second chance. Returns the decisions and notes."""
     notes: list[str] = []
@@ -213,7 +215,7 @@ def decide(
     for m in memories:
         ratio, used = lexical_overlap(distinctive_terms(m.content, m.keywords), response_terms, prompt_terms)
         decisions.append(
-            Decision(
+            Engagement(
                 m.memory_id, m.delivery_id, ratio >= lexical_min, round(ratio, 6), LEXICAL, round(ratio, 6), None, used
             )
         )
@@ -245,7 +247,7 @@ def decide(
 class EngagementReport:
     session_id: str
     turn: int
-    decisions: list[Decision] = field(default_factory=list)
+    decisions: list[Engagement] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
@@ -286,7 +288,7 @@ def engagement_semantic_min(settings: Settings) -> float:
 
 def engagement_decisions(
     memories: list[MemoryText], response: str, prompt: str, settings: Settings, embed: Embed | None
-) -> tuple[list[Decision], list[str]]:
+) -> tuple[list[Engagement], list[str]]:
     """`decide` with the thresholds in force (the semantic one calibrated, else configured; only when enabled)."""
     from cairn_cli.core.labels.cm import strip_block
 
@@ -301,7 +303,7 @@ def engagement_decisions(
     )
 
 
-def write_decisions(decisions: list[Decision]) -> None:
+def write_decisions(decisions: list[Engagement]) -> None:
     """Store each decision on its delivery row (the caller holds the transaction)."""
     from cairn_cli.db.tables import MemoryDelivery
 

@@ -31,10 +31,3 @@ def format_block(items: list[dict], *, session: str, turn: int, context_key: str
         size += len(line) + 1
     lines.append(tail)
     return "\n".join(lines) if len(lines) > 2 else ""
-
-
-def shown_ids(block: str) -> list[int]:
-    """The memory ids a printed block actually carries (after truncation)."""
-    import re
-
-    return [int(m) for m in re.findall(r'<memory id="(\d+)"', block)]

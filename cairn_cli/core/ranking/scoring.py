@@ -23,8 +23,10 @@ import numpy as np
 
 from cairn_cli.clock import utcnow
 from cairn_cli.core.text import terms
+from cairn_cli.errors import ConfigError
 
 GLOBAL_SCOPE = "global"
+COMPONENTS = ("similarity", "keywords", "scope", "confidence", "recency")
 BM25_K1 = 1.2
 BM25_B = 0.75
 
@@ -147,11 +149,6 @@ class LexicalIndex:
             docs, tf = post
             out[docs] += self.idf(term) * tf * (BM25_K1 + 1) / (tf + norm[docs])
         return out
-
-
-def recency(updated_at: dt.datetime, now: dt.datetime, half_life_days: float) -> float:
-    age_days = max(0.0, (now - updated_at).total_seconds() / 86400.0)
-    return 0.5 ** (age_days / half_life_days) if half_life_days > 0 else 0.0
 
 
 class ScoringTable:
@@ -311,8 +308,10 @@ class ScoringTable:
                 )
             if name == "confidence":
                 return a["confidence"][idx]
-            age_days = np.clip((now_ts - a["updated"][idx]) / 86400.0, 0, None)  # recency
-            return 0.5 ** (age_days / half_life_days) if half_life_days > 0 else np.zeros_like(age_days)
+            if name == "recency":
+                age_days = np.clip((now_ts - a["updated"][idx]) / 86400.0, 0, None)
+                return 0.5 ** (age_days / half_life_days) if half_life_days > 0 else np.zeros_like(age_days)
+            raise ConfigError(f"unknown score weight {name!r}", f"use the components {', '.join(COMPONENTS)}")
 
         everything = slice(None)
         total = np.zeros(n, dtype=np.float64)
