@@ -247,13 +247,13 @@ class Settings:
 def student_path(override: str | None = None) -> Path:
     from pathlib import Path
 
-    raw = get("CROSS_ENCODER_STUDENT_PATH", override)
+    raw = str(get("CROSS_ENCODER_STUDENT_PATH", override) or "")
     return Path(raw).expanduser() if raw else home() / "training_data" / "reranker-student"
 
 
 def memory_db_url(override: str | None = None) -> str:
-    return get("DB_URL", override) or f"sqlite:///{home() / 'memory.db'}"
+    return str(get("DB_URL", override) or f"sqlite:///{home() / 'memory.db'}")
 
 
 def ephemeral_db_url(override: str | None = None) -> str:
-    return get("EPHEMERAL_DB_URL", override) or f"sqlite:///{home() / 'ephemeral.db'}"
+    return str(get("EPHEMERAL_DB_URL", override) or f"sqlite:///{home() / 'ephemeral.db'}")

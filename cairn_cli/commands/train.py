@@ -91,72 +91,52 @@ def train_reranker(
     """
     from cairn_cli.core.learning import training
 
-    s = store(read_only=export or dry_run)
-    if rollback:
-        value = training.rollback(s)
-        output.json_out(value) if json else output.message(f"rolled back: the live student is {value['version']}")
-        return
-    if export:
-        rows = training.graded_rows(s)
-        training.write_jsonl(rows, training.silver_path())
-        output.json_out({"path": str(training.silver_path()), "rows": len(rows)}) if json else output.message(
-            f"wrote {len(rows)} graded deliveries to {training.silver_path()}"
-        )
-        return
-    with training.run_lock(s) as locked:
-        if not locked:
-            output.message("another train-reranker run holds the lock; nothing done")
-            return
-        if auto:
-            now, last = training.new_labels(s)
-            if now - last < min_new_labels:
-                report = {
-                    "outcome": "skipped",
-                    "reason": f"{now - last} new labels since the last training (< --min-new-labels {min_new_labels})",
-                }
-                output.json_out(report) if json else output.message(f"skipped: {report['reason']}")
-                return
-        opts = training.TrainOptions(
-            data=data,
-            base=base,
-            epochs=epochs,
-            batch_size=batch_size,
-            lr=lr,
-            margin=margin,
-            seed=seed,
-            device=device.value,
-            holdout=holdout,
-            min_gap=min_gap,
-            deploy_margin=deploy_margin,
-            engagement=engagement,
-            engagement_min_pos=engagement_min_pos,
-            engagement_max_pairs=engagement_max_pairs,
-            max_length=max_length,
-            layers=layers,
-            max_train_pairs=max_train_pairs,
-            dry_run=dry_run,
-            deploy=not no_deploy,
-        )
-        with contextlib.ExitStack() as stack:
-
-            def progress(total: int, what: str):
-                return stack.enter_context(output.progress(total, what, unit="pair"))
-
-            report = training.train_reranker(s, opts, progress=None if json else progress)
-    if json:
-        output.json_out(report.as_dict())
-        return
-    _render(report)
-
-
-def _render(report) -> None:
-    output.key_values(
-        {k: v for k, v in report.as_dict().items() if k != "train_stats" and v is not None},
-        title=f"train-reranker: {report.outcome}",
+    opts = training.TrainOptions(
+        data=data,
+        base=base,
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr,
+        margin=margin,
+        seed=seed,
+        device=device.value,
+        holdout=holdout,
+        min_gap=min_gap,
+        deploy_margin=deploy_margin,
+        engagement=engagement,
+        engagement_min_pos=engagement_min_pos,
+        engagement_max_pairs=engagement_max_pairs,
+        max_length=max_length,
+        layers=layers,
+        max_train_pairs=max_train_pairs,
+        dry_run=dry_run,
+        deploy=not no_deploy,
     )
-    if report.train_stats:
-        st = report.train_stats
-        output.message(
-            f"trained on {st['examples']} pairs in {st['seconds']} s ({st['device']}, "
-            f"bf16 {st['bf16']}), peak RSS {st['peak_rss_mb']} MB"
+    job = training.Job(rollback=rollback, export=export, auto=auto, min_new_labels=min_new_labels)
+    with contextlib.ExitStack() as stack:
+
+        def progress(total: int, what: str):
+            return stack.enter_context(output.progress(total, what, unit="pair"))
+
+        outcome = training.run_job(store(read_only=export or dry_run), opts, job, progress=None if json else progress)
+    output.json_out(outcome) if json else _render(outcome)
+
+
+def _render(outcome: dict) -> None:
+    kind = outcome["outcome"]
+    if kind == "rolled-back":
+        output.message(f"rolled back: the live student is {outcome['version']}")
+    elif kind == "exported":
+        output.message(f"wrote {outcome['rows']} graded deliveries to {outcome['path']}")
+    elif kind in ("locked", "skipped"):
+        output.message(f"{kind}: {outcome['reason']}" if kind == "skipped" else outcome["reason"])
+    else:
+        output.key_values(
+            {k: v for k, v in outcome.items() if k != "train_stats" and v is not None}, title=f"train-reranker: {kind}"
         )
+        if outcome.get("train_stats"):
+            st = outcome["train_stats"]
+            output.message(
+                f"trained on {st['examples']} pairs in {st['seconds']} s ({st['device']}, "
+                f"bf16 {st['bf16']}), peak RSS {st['peak_rss_mb']} MB"
+            )

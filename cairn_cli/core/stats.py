@@ -334,7 +334,8 @@ def plot(path: Path, groups: list[GroupStats], engagement: list[ArmEngagement]) 
     if hists:
         top.legend(loc="upper left")
     for i, e in enumerate(rated):
-        err = [[e.rate - e.ci_low], [e.ci_high - e.rate]]
+        rate, low, high = e.rate or 0.0, e.ci_low or 0.0, e.ci_high or 0.0  # rated rows have all three
+        err = [[rate - low], [high - rate]]
         bottom.errorbar(
             [i], [e.rate], yerr=err, fmt="o", capsize=4, color="tab:blue" if e.method == "lexical" else "tab:orange"
         )

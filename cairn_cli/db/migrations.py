@@ -212,7 +212,7 @@ def apply_pending(db: peewee.Database, registry: list[Migration]) -> list[str]:
     """Apply, in order and each in its own transaction, the migrations not yet recorded. Returns their names."""
     ledger = _ledger(db)
     db.create_tables([ledger], safe=True)
-    done = {row.name for row in ledger.select(ledger.name)}
+    done = {name for (name,) in db.execute_sql("SELECT name FROM cairn_migrations").fetchall()}
     applied = []
     for name, migrate in registry:
         if name in done:

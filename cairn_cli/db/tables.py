@@ -50,6 +50,7 @@ class Memory(_MemoryBase):
 class MemoryMerge(_MemoryBase):
     """A written memory merged into an existing one: what was written and how it matched (nothing lost)."""
 
+    id = peewee.AutoField()
     memory_id = peewee.IntegerField(index=True)
     content = peewee.TextField()
     keywords = JSONField(default=list)
@@ -108,6 +109,7 @@ class MemoryDelivery(_EphemeralBase):
 class EvidenceApplied(_EphemeralBase):
     """A cu / -! applied for one turn: the unique row is the "applied once" record."""
 
+    id = peewee.AutoField()
     session_id = peewee.CharField(max_length=200)
     turn = peewee.IntegerField()
     memory_id = peewee.IntegerField()

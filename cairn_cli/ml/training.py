@@ -124,6 +124,8 @@ class CrossEncoderModel:
         progress: Callable[[int], None] | None = None,
     ) -> TrainStats:
         """Fine-tune on (query, better, worse) triples with a margin ranking loss; seeded, linear warm-up/decay."""
+        from transformers import get_linear_schedule_with_warmup
+
         torch = self.torch
         torch.manual_seed(seed)
         rng = random.Random(seed)
@@ -132,9 +134,7 @@ class CrossEncoderModel:
         total = max(1, steps_per_epoch * epochs)
         warmup = max(1, total // 10)
         opt = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=0.01)
-        sched = torch.optim.lr_scheduler.LambdaLR(
-            opt, lambda step: min((step + 1) / warmup, max(0.0, (total - step) / max(1, total - warmup)))
-        )
+        sched = get_linear_schedule_with_warmup(opt, num_warmup_steps=warmup, num_training_steps=total)
         loss_fn = torch.nn.MarginRankingLoss(margin=margin)
         self.model.train()
         t0, step, loss_value = time.time(), 0, float("nan")

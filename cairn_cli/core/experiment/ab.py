@@ -311,7 +311,7 @@ def apply_decision(d: Verdict, settings: Settings, *, by: str) -> dict:
             version = _bump(live.version)
             state.put(
                 generation_rules.RULES_KEY,
-                f"{live.text}\n- {current.b_instruction.strip()}",
+                f"{live.text}\n- {(current.b_instruction or '').strip()}",
                 settings,
                 by=by,
                 reason=f"promoted B ({current.versions['B']}): {d.reason}",

@@ -116,8 +116,8 @@ def _engagement_scores() -> dict[int, list[float]]:
         MemoryDelivery.grade.is_null(False) & MemoryDelivery.engaged_semantic.is_null(False)
     )
     for row in rows:
-        if row.grade in out:
-            out[row.grade].append(row.engaged_semantic)
+        if row.grade in out and row.engaged_semantic is not None:
+            out[row.grade].append(float(row.engaged_semantic))
     return out
 
 
@@ -141,6 +141,7 @@ def calibrate(
     from cairn_cli.ml.reranker import NONE
 
     notes: list[str] = []
+    current: float | None
     if target == ENGAGEMENT:
         model, key, current = None, ENGAGEMENT_KEY, engagement_semantic_min(settings)
         scores = _engagement_scores()

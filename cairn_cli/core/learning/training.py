@@ -75,7 +75,7 @@ def graded_rows(settings: Settings) -> list[LabelRow]:
         else {}
     )
     return [
-        LabelRow(r.context_window, texts[r.memory_id], int(r.grade), bool(r.hard_negative), r.context_key, r.id)
+        LabelRow(r.context_window, texts[r.memory_id], int(r.grade or 0), bool(r.hard_negative), r.context_key, r.id)
         for r in rows
         if r.memory_id in texts
     ]
@@ -219,7 +219,9 @@ def ndcg_at(scorer: Scorer, rows: list[LabelRow], keys: set[str], k: int = 10) -
             continue
         scores = scorer(group[0].query, [r.memory for r in group])
         ranked = [r.grade for _, r in sorted(zip(scores, group), key=lambda x: -x[0])]
-        values.append(ndcg(ranked, [r.grade for r in group], k))
+        value = ndcg(ranked, [r.grade for r in group], k)
+        if value is not None:
+            values.append(value)
     return sum(values) / len(values) if values else float("nan")
 
 
@@ -378,10 +380,21 @@ def gate(student: float, incumbent_score: float, margin: float) -> tuple[bool, s
     return False, f"student {student:.3f} < incumbent {incumbent_score:.3f} + {margin:.3f}"
 
 
-def train_reranker(
-    settings: Settings, opts: TrainOptions, *, progress: Callable[[int, int], Callable[[int], None]] | None = None
-) -> TrainReport:
-    """Export (unless --data), split, pair, [train, gate, deploy]. `progress(total, what)` gives a callback."""
+@dataclass
+class Split:
+    """The labels, split by query, and the pairs each side gives."""
+
+    rows: list[LabelRow]
+    data: str
+    train_keys: set[str]
+    held_keys: set[str]
+    train_pairs: list[tuple[str, str, str, str]]
+    held_pairs: list[tuple[str, str, str, str]]
+    weak_pairs: list[tuple[str, str, str, str]]
+
+
+def prepare(settings: Settings, opts: TrainOptions) -> Split:
+    """Export (unless --data), split by query, pair; engagement pseudo-labels join the TRAINING side only."""
     if opts.data is None:
         rows = graded_rows(settings)
         write_jsonl(rows, silver_path())
@@ -400,89 +413,111 @@ def train_reranker(
         weak = weak[: opts.engagement_max_pairs]
     if opts.max_train_pairs and len(train_pairs) > opts.max_train_pairs:
         train_pairs = random.Random(opts.seed).sample(train_pairs, opts.max_train_pairs)
+    return Split(rows, data, train_keys, held_keys, train_pairs, held_pairs, weak)
+
+
+def train_reranker(
+    settings: Settings, opts: TrainOptions, *, progress: Callable[[int, str], Callable[[int], None]] | None = None
+) -> TrainReport:
+    """Prepare, and unless a dry run: train, judge against the incumbent on the same held-out queries, deploy when
+    the gate passes, and record the attempt. `progress(total, what)` gives a callback."""
+    split = prepare(settings, opts)
     report = TrainReport(
-        data,
-        len(rows),
-        len(train_keys | held_keys),
-        len(train_keys),
-        len(held_keys),
-        len(train_pairs),
-        len(weak),
-        len(held_pairs),
+        split.data,
+        len(split.rows),
+        len(split.train_keys | split.held_keys),
+        len(split.train_keys),
+        len(split.held_keys),
+        len(split.train_pairs),
+        len(split.weak_pairs),
+        len(split.held_pairs),
         opts.min_gap,
         opts.seed,
     )
     if opts.dry_run:
         return report
-    if not train_pairs + weak or not held_pairs:
+    if not split.train_pairs + split.weak_pairs or not split.held_pairs:
         raise InvalidInput(
-            f"not enough labels: {len(train_pairs) + len(weak)} training and {len(held_pairs)} "
-            f"held-out pairs with a grade gap of {opts.min_gap}",
+            f"not enough labels: {len(split.train_pairs) + len(split.weak_pairs)} training and "
+            f"{len(split.held_pairs)} held-out pairs with a grade gap of {opts.min_gap}",
             "collect more graded deliveries, or lower --min-gap / --holdout",
         )
+    inc = incumbent(settings)
+    model = _train_student(settings, opts, split, inc, report, progress)
+    passed = _judge(model, inc, split, opts, report)
+    if passed and opts.deploy:
+        _deploy_student(model, settings, report)
+    else:
+        report.outcome = "refused" if not passed else "trained"
+    _record_attempt(report, settings)
+    return report
+
+
+def _train_student(settings: Settings, opts: TrainOptions, split: Split, inc: Incumbent, report: TrainReport, progress):
     from cairn_cli.ml.training import CrossEncoderModel, bundled_base
 
-    inc = incumbent(settings)
     base = (
         bundled_base()
         if opts.base == "bundled" or (opts.base == "incumbent" and inc.base is None)
         else (inc.base if opts.base == "incumbent" else Path(opts.base).expanduser())
     )
-    if not Path(base).is_dir():
+    if base is None or not Path(base).is_dir():
         raise NotFound(f"base model {base} does not exist", "pass --base bundled, incumbent or a model directory")
     report.incumbent, report.base, report.layers = inc.name, str(base), opts.layers
     model = CrossEncoderModel(
         base, device=opts.device, max_length=opts.max_length or settings.RERANKER_MAX_LENGTH, layers=opts.layers
     )
-    triples = [(q, b, w) for _, q, b, w in train_pairs + weak]
+    triples = [(q, b, w) for _, q, b, w in split.train_pairs + split.weak_pairs]
     callback = progress(len(triples) * opts.epochs, "training") if progress else None
-    report.train_stats = asdict(
-        model.train_pairwise(
-            triples,
-            epochs=opts.epochs,
-            batch_size=opts.batch_size,
-            lr=opts.lr,
-            margin=opts.margin,
-            seed=opts.seed,
-            progress=callback,
-        )
+    stats = model.train_pairwise(
+        triples,
+        epochs=opts.epochs,
+        batch_size=opts.batch_size,
+        lr=opts.lr,
+        margin=opts.margin,
+        seed=opts.seed,
+        progress=callback,
     )
+    report.train_stats = asdict(stats)
+    return model.serve_mode()
 
-    model.serve_mode()
+
+def _judge(model, inc: Incumbent, split: Split, opts: TrainOptions, report: TrainReport) -> bool:
+    """Student and incumbent on the SAME held-out pairs; the gate: beat it by the margin."""
 
     def student_scorer(query: str, texts: list[str]) -> list[float]:
         return model.score([(query, t) for t in texts])
 
-    report.student_agreement = round(agreement(student_scorer, held_pairs), 4)
-    report.incumbent_agreement = round(agreement(inc.scorer, held_pairs), 4)
-    report.student_ndcg10 = round(ndcg_at(student_scorer, rows, held_keys), 4)
-    report.incumbent_ndcg10 = round(ndcg_at(inc.scorer, rows, held_keys), 4)
+    report.student_agreement = round(agreement(student_scorer, split.held_pairs), 4)
+    report.incumbent_agreement = round(agreement(inc.scorer, split.held_pairs), 4)
+    report.student_ndcg10 = round(ndcg_at(student_scorer, split.rows, split.held_keys), 4)
+    report.incumbent_ndcg10 = round(ndcg_at(inc.scorer, split.rows, split.held_keys), 4)
     report.deploy_margin = opts.deploy_margin
     report.auto_promote_safe = report.student_agreement >= AUTO_PROMOTE_SAFE
     passed, report.reason = gate(report.student_agreement, report.incumbent_agreement, opts.deploy_margin)
-    if passed and opts.deploy:
-        student = config.student_path(settings.CROSS_ENCODER_STUDENT_PATH)
-        version = new_version_dir(student)
-        model.save(version)
-        atomic_write(version / "model_card.json", json.dumps(_card(report), indent=2) + "\n")
-        previous = deploy(version, student)
-        report.outcome, report.student_dir = "deployed", str(version)
-        state.put(
-            DEPLOY_KEY,
-            {
-                "version": str(version),
-                "previous": str(previous) if previous else None,
-                "deployed_at": iso_now(),
-                "card": _card(report),
-            },
-            settings,
-            by="cairn train-reranker",
-            reason=report.reason,
-        )
-    else:
-        report.outcome = "refused" if not passed else "trained"
-    _record_attempt(report, settings)
-    return report
+    return passed
+
+
+def _deploy_student(model, settings: Settings, report: TrainReport) -> None:
+    """A new version directory, then one atomic symlink swap; the previous version is kept for --rollback."""
+    student = config.student_path(settings.CROSS_ENCODER_STUDENT_PATH)
+    version = new_version_dir(student)
+    model.save(version)
+    atomic_write(version / "model_card.json", json.dumps(_card(report), indent=2) + "\n")
+    previous = deploy(version, student)
+    report.outcome, report.student_dir = "deployed", str(version)
+    state.put(
+        DEPLOY_KEY,
+        {
+            "version": str(version),
+            "previous": str(previous) if previous else None,
+            "deployed_at": iso_now(),
+            "card": _card(report),
+        },
+        settings,
+        by="cairn train-reranker",
+        reason=report.reason,
+    )
 
 
 def _card(report: TrainReport) -> dict:
@@ -532,13 +567,6 @@ def _record_attempt(report: TrainReport, settings: Settings) -> None:
     )
 
 
-def run_lock(settings: Settings):
-    """One training run per CAIRN_HOME at a time (cron may overlap a slow run): yields False when it is held."""
-    from cairn_cli.core.locks import home_lock
-
-    return home_lock("train-reranker")
-
-
 def new_labels(settings: Settings) -> tuple[int, int]:
     """(graded deliveries now, graded deliveries at the last training attempt)."""
     from cairn_cli.db.tables import MemoryDelivery
@@ -546,3 +574,36 @@ def new_labels(settings: Settings) -> tuple[int, int]:
     now = MemoryDelivery.select().where(MemoryDelivery.grade.is_null(False)).count()
     last = (state.get(STATE_KEY, settings) or {}).get("labels", 0)
     return now, int(last)
+
+
+@dataclass
+class Job:
+    """What `cairn train-reranker` was asked to do besides training: roll back, export, or train for cron."""
+
+    rollback: bool = False
+    export: bool = False
+    auto: bool = False
+    min_new_labels: int = 200
+
+
+def run_job(settings: Settings, opts: TrainOptions, job: Job, *, progress=None) -> dict:
+    """The whole command: one JSON-ready outcome (`outcome` says which: rolled-back | exported | locked | skipped |
+    dry-run | deployed | refused | trained). Training runs one at a time per CAIRN_HOME (cron may overlap a slow
+    run); with --auto it runs only when enough graded deliveries arrived since the last attempt."""
+    from cairn_cli.core.locks import home_lock
+
+    if job.rollback:
+        return {"outcome": "rolled-back", **rollback(settings)}
+    if job.export:
+        rows = graded_rows(settings)
+        write_jsonl(rows, silver_path())
+        return {"outcome": "exported", "path": str(silver_path()), "rows": len(rows)}
+    with home_lock("train-reranker") as locked:
+        if not locked:
+            return {"outcome": "locked", "reason": "another train-reranker run holds the lock; nothing done"}
+        if job.auto:
+            now, last = new_labels(settings)
+            if now - last < job.min_new_labels:
+                reason = f"{now - last} new labels since the last training (< --min-new-labels {job.min_new_labels})"
+                return {"outcome": "skipped", "reason": reason}
+        return train_reranker(settings, opts, progress=progress).as_dict()

@@ -179,9 +179,9 @@ class ScoringTable:
         self._has_emb: list[bool] = []
         self._alive: list[bool] = []
         self.dim = dim if dim is not None else (vectors.shape[1] if vectors is not None else None)
-        self._matrix = np.zeros((0, self.dim), dtype=np.float32) if self.dim else None
+        self._matrix: np.ndarray = np.zeros((0, self.dim or 0), dtype=np.float32)
         self._pending: list[np.ndarray] = []  # rows appended since the matrix was last stacked
-        self._arrays = None
+        self._arrays: dict | None = None
         for i, cand in enumerate(candidates):
             self.upsert(cand, None if vectors is None else vectors[i])
 

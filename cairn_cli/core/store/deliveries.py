@@ -123,8 +123,14 @@ def list_deliveries(
     return [_view(r) for r in reversed(list(query))]
 
 
-_REQUIRED = {"session_id": str, "turn": int, "context_window": str, "reranker_model": str, "memories": list}
-_MEMORY_REQUIRED = {"id": int, "rank": int, "score": (int, float)}
+_REQUIRED: dict[str, type | tuple[type, ...]] = {
+    "session_id": str,
+    "turn": int,
+    "context_window": str,
+    "reranker_model": str,
+    "memories": list,
+}
+_MEMORY_REQUIRED: dict[str, type | tuple[type, ...]] = {"id": int, "rank": int, "score": (int, float)}
 
 
 def _type_error(where: str, name: str, expected) -> InvalidInput:
@@ -178,9 +184,10 @@ def parse_external(payload: object, *, default_layer: str = "external") -> list[
         where = f"memories[{i}]."
         if not isinstance(mem, dict):
             raise InvalidInput(f"memories[{i}] must be an object", 'write {"id": 1, "rank": 1, "score": 0.5}')
-        for name, typ in _MEMORY_REQUIRED.items():
-            if name not in mem or isinstance(mem[name], bool) or not isinstance(mem[name], typ):
-                raise _type_error(where, name, typ)
+        for field_name, field_type in _MEMORY_REQUIRED.items():
+            value = mem.get(field_name)
+            if field_name not in mem or isinstance(value, bool) or not isinstance(value, field_type):
+                raise _type_error(where, field_name, field_type)
         extra = set(mem) - set(_MEMORY_REQUIRED) - {"score_components"}
         if extra:
             raise InvalidInput(
