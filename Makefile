@@ -4,8 +4,9 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check
 STAMP  := $(VENV)/.cairn-installed
+CODE   := cairn_cli tests scripts
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test test-fast lint bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -21,8 +22,19 @@ install: $(STAMP)
 demo: install
 	bash scripts/demo.sh
 
+# everything: real models, training, daemon processes included
 test: install
 	$(PY) -m pytest -q
+
+# while working: the tests not marked slow (no real model, no training, no process), under a minute
+test-fast: install
+	$(PY) -m pytest -q -m "not slow"
+
+# ruff (lint and format) over the code, mypy over core/ and db/ (config in pyproject.toml)
+lint: install
+	$(VENV)/bin/ruff check $(CODE)
+	$(VENV)/bin/ruff format --check $(CODE)
+	$(VENV)/bin/mypy
 
 bench: install
 	$(PY) scripts/bench_ranking.py

@@ -13,6 +13,13 @@ SHARED_DATA = ROOT.parent / "shared" / "data"
 EXAMPLES = ROOT / "cairn_cli" / "data" / "example_memories.jsonl"
 
 
+def pytest_collection_modifyitems(items):
+    """A test that loads the real bundled model is slow wherever it lives (`make test-fast` leaves it out)."""
+    for item in items:
+        if "real_model" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
+
+
 def hf_cache(monkeypatch, path) -> None:
     """Point the Hugging Face cache at `path`, for this process (huggingface_hub reads its constant at import)
     and for the processes it starts."""

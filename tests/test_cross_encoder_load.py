@@ -11,6 +11,7 @@ from cairn_cli.core.store import deliveries
 from cairn_cli.ml.reranker import MSMARCO, DeviceFacts
 from tests.conftest import EXAMPLES, hf_cache
 
+pytestmark = pytest.mark.slow  # builds and loads a real cross-encoder
 CPU = DeviceFacts(cuda=False, vram_gb=0.0)
 
 

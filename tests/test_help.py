@@ -72,6 +72,7 @@ def test_every_setting_is_in_the_readme():
     assert not missing
 
 
+@pytest.mark.slow
 def test_help_imports_no_heavy_module():
     code = (
         "import sys\nfrom cairn_cli.cli import main\nsys.argv = ['cairn', '--help']\n"

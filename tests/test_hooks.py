@@ -234,6 +234,7 @@ def test_non_utf8_and_huge_prompts_still_rank(store, capsys, cairn_home):
     assert "error" not in hook_log(cairn_home)
 
 
+@pytest.mark.slow
 def test_the_hook_entry_never_fails_the_session_even_when_the_home_is_unusable(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")

@@ -153,6 +153,7 @@ def _student_dir() -> Path:
     return config.student_path()
 
 
+@pytest.mark.slow
 def test_the_gate_refuses_a_student_that_does_not_beat_the_composite(cli, silver):
     out = cli(
         "train-reranker",
@@ -179,6 +180,7 @@ def test_the_gate_refuses_a_student_that_does_not_beat_the_composite(cli, silver
     assert attempt["outcome"] == "refused" and "student" in attempt["reason"]
 
 
+@pytest.mark.slow
 def test_a_student_that_beats_the_live_one_is_deployed_atomically_and_can_be_rolled_back(cli, silver):
     from cairn_cli.core.ranking.reranking import resolve
     from cairn_cli.ml.training import CrossEncoderModel, bundled_base
@@ -219,6 +221,7 @@ def test_a_student_that_beats_the_live_one_is_deployed_atomically_and_can_be_rol
     assert live.resolve() == Path(deployed["previous"]).resolve()
 
 
+@pytest.mark.slow
 def test_a_run_killed_while_saving_leaves_the_live_student_untouched(tmp_path, cairn_home):
     from cairn_cli.ml.training import CrossEncoderModel, bundled_base
 
@@ -280,6 +283,7 @@ def test_train_reranker_bad_input(cli, tmp_path, args, code, message):
     assert message in out.output
 
 
+@pytest.mark.slow
 def test_a_shallower_student_keeps_the_first_layers_and_loads_in_the_daemons_reranker(cli, silver):
     out = cli(
         "train-reranker",

@@ -222,6 +222,7 @@ def test_unreadable_paths_raise(tmp_path):
         read_transcript(tmp_path)
 
 
+@pytest.mark.slow
 def test_import_stays_light():
     code = (
         "import sys, cairn_cli.core.transcript; "
