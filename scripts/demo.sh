@@ -15,8 +15,8 @@ $cairn memory import cairn_cli/data/example_memories.jsonl
 
 step "start the model daemon (owns the embedding model and the reranker; the hook talks to it over a socket)"
 trap '$cairn daemon stop >/dev/null 2>&1 || true' EXIT
+# prints the daemon's state and, when no cross-encoder is in the Hugging Face cache, once, how to get one
 $cairn daemon start
-$cairn daemon status --json
 
 prompts=(
   "the integration tests all fail with connection refused, what do I need to start first?"

@@ -81,6 +81,10 @@ def test_missing_weights_fall_down_the_chain_with_a_warning(tmp_path):
     assert res.name == MSMARCO and "BAAI/bge-reranker-base is not in the local Hugging Face cache" in res.warnings[0]
     res = _resolve(tmp_path, GPU, have=())
     assert res.role == "none" and res.name == "none" and len(res.warnings) == 2
+    # each warning names the fix: one download, after which cairn loads the model from the cache, offline
+    assert "run `hf download BAAI/bge-reranker-base` once" in res.warnings[0]
+    assert "run `hf download cross-encoder/ms-marco-MiniLM-L-6-v2` once" in res.warnings[1]
+    assert all("loads it from the cache, offline" in w for w in res.warnings)
     incomplete = tmp_path / "half-student"
     incomplete.mkdir()
     (incomplete / "config.json").write_text("{}")  # no weights: not a student
