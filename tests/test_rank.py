@@ -138,7 +138,8 @@ def test_log_delivery_records_an_external_ranking(cli):
 def test_past_the_commit_deadline_nothing_is_logged(cli):
     import pytest
 
-    from cairn_cli.core.ranking.pipeline import RankEngine, RankRequest, rank
+    from cairn_cli.core.ranking.engine import RankEngine
+    from cairn_cli.core.ranking.rank import RankRequest, rank
     from cairn_cli.errors import DeadlineExceeded
     from cairn_cli.ml.models import get_encoder
 
@@ -190,7 +191,8 @@ def test_the_fallback_caps_its_candidates_to_the_newest(cli, monkeypatch):
 
 
 def test_a_warm_engine_refreshes_by_the_changed_rows_and_matches_a_fresh_one(cli):
-    from cairn_cli.core.ranking.pipeline import RankEngine, RankRequest, rank
+    from cairn_cli.core.ranking.engine import RankEngine
+    from cairn_cli.core.ranking.rank import RankRequest, rank
     from cairn_cli.core.store import memories
     from cairn_cli.ml.models import get_encoder
 

@@ -7,7 +7,9 @@ import pytest
 
 from cairn_cli.config import Settings
 from cairn_cli.core.ranking import reranking
-from cairn_cli.core.ranking.pipeline import RankEngine, RankRequest, rank, rerank_stage
+from cairn_cli.core.ranking.engine import RankEngine
+from cairn_cli.core.ranking.pipeline import rerank_stage
+from cairn_cli.core.ranking.rank import RankRequest, rank
 from cairn_cli.core.ranking.scoring import Candidate, Scored
 from cairn_cli.core.store import state
 from cairn_cli.ml.reranker import BGE, MSMARCO, DeviceFacts, resolve_reranker
@@ -168,3 +170,23 @@ def test_rank_with_a_reranker_logs_its_name_and_scores(cli):
     row = deliveries.list_deliveries(s, session_id="rr")[0]
     assert row.reranker_model == "fake-ce" and row.score_components["reranker"] == "fake-ce"
     assert row.score_components["reranker_raw"] == 10.0 and row.final_score == row.score_components["final"]
+
+
+def test_the_pipeline_is_pure_candidates_in_ranked_list_out(monkeypatch):
+    """select() reads no database: with both stores unbound it still ranks, floors and blends."""
+    from cairn_cli.core.ranking.pipeline import select
+    from cairn_cli.core.ranking.scoring import ScoringTable
+    from cairn_cli.db import tables
+
+    now = dt.datetime(2026, 1, 1)
+    texts = ["deploy with make release", "release notes go in CHANGELOG", "cats are mammals"]
+    table = ScoringTable([Candidate(i + 1, t, [], "global", "fact", 0.75, now) for i, t in enumerate(texts)], 2)
+    monkeypatch.setattr(tables.memory_proxy, "obj", None)
+    monkeypatch.setattr(tables.ephemeral_proxy, "obj", None)
+    reranker = FakeReranker({texts[0]: -1.0, texts[1]: 2.0, texts[2]: 9.0})
+    chosen = select(
+        table, "how do I release?", None, scope=None, k=5, settings=Settings(), reranker=reranker, ranker="cairn"
+    )
+    # "cats" shares no term with the query: composite 0, never a candidate; "deploy" falls under the floor (0)
+    assert [s.candidate.id for s in chosen.chosen] == [2] and chosen.reranked
+    assert chosen.dropped == {"min_score": 1, "floor": 1}

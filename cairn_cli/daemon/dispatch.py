@@ -68,8 +68,9 @@ def rank(fields: dict, overrides: dict, *, autostart: bool = False) -> dict:
 
 def _in_process(fields: dict, overrides: dict, *, fallback: str | None) -> dict:
     from cairn_cli.config import Settings
-    from cairn_cli.core.ranking.pipeline import RankEngine, RankRequest
-    from cairn_cli.core.ranking.pipeline import rank as run_rank
+    from cairn_cli.core.ranking.engine import RankEngine
+    from cairn_cli.core.ranking.rank import RankRequest
+    from cairn_cli.core.ranking.rank import rank as run_rank
     from cairn_cli.core.store import open_stores
 
     settings = Settings(**overrides)

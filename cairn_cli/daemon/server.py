@@ -66,7 +66,7 @@ class Daemon:
 
     # -- models -------------------------------------------------------------------------------------------
     def load(self) -> None:
-        from cairn_cli.core.ranking.pipeline import RankEngine
+        from cairn_cli.core.ranking.engine import RankEngine
         from cairn_cli.core.store import open_stores
         from cairn_cli.ml.device import set_torch_threads
         from cairn_cli.ml.models import get_encoder
@@ -138,7 +138,7 @@ class Daemon:
         if self.state != "ready":
             return {"ok": False, "error": "daemon is still loading its models"}
         if op == "rank":
-            from cairn_cli.core.ranking.pipeline import RankRequest, rank
+            from cairn_cli.core.ranking.rank import RankRequest, rank
             from cairn_cli.core.store import open_stores
 
             fields = req.get("request")
