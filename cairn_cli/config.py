@@ -108,6 +108,12 @@ _SETTINGS = [
     Setting("ENGAGEMENT_SEMANTIC_MIN", 0.55, float, "Cosine at which the semantic second chance counts as engaged."),
     Setting("ENGAGEMENT_CHUNK_CHARS", 400, int, "Response chunk size (characters) for the semantic test."),
     Setting("HOOK_SCOPE", "", str, "Scope the hooks rank and write in (default: the name of the hook's cwd)."),
+    Setting(
+        "TRANSCRIPT_MAX_BYTES",
+        4_000_000,
+        int,
+        "How much of a transcript's end cairn reads (regular files only: a FIFO or device is refused, never read).",
+    ),
     Setting("STOP_MAX_MEMORIES", 20, int, "At most this many new memories a Stop writes (the rest is reported)."),
     Setting(
         "HOOK_TRANSCRIPT_WAIT_MS",

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from cairn_cli import output
-from cairn_cli.commands._common import Json, ResponseFile, read_response, store
+from cairn_cli.commands._common import Json, ResponseFile, read_response, settings, store
 
 
 def engage(
@@ -45,8 +45,10 @@ def engage(
         from cairn_cli.core.transcript import read_transcript
 
         if not transcript.is_file():
-            raise NotFound(f"no such transcript: {transcript}", "pass the session's .jsonl path")
-        text = read_transcript(transcript).last_response() or ""
+            raise NotFound(
+                f"no such transcript (or not a regular file): {transcript}", "pass the session's .jsonl path"
+            )
+        text = read_transcript(transcript, max_bytes=settings().TRANSCRIPT_MAX_BYTES).last_response() or ""
     else:
         text = read_response(response, file)
     if not text.strip():

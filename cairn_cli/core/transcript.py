@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -97,18 +98,32 @@ class Transcript:
         return "\n".join(texts) if texts else None
 
 
+class NotARegularFile(OSError):
+    """The transcript path is a FIFO, a device or a socket: reading it could block forever or never end."""
+
+
 def read_transcript(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> Transcript:
     """Parse a transcript; with `max_bytes`, only its last `max_bytes` bytes (the first partial line dropped).
 
-    An unreadable path raises `FileNotFoundError`, `PermissionError` or `IsADirectoryError`.
+    Only a regular file is read, and never by blocking: it is opened non-blocking and checked first, so a FIFO or
+    /dev/zero named as a transcript is refused at once (`NotARegularFile`) instead of hanging the hook or filling
+    memory. An unreadable path raises `FileNotFoundError`, `PermissionError` or `IsADirectoryError`.
     """
     transcript = Transcript(Path(path))
-    with transcript.path.open("rb") as f:
-        size = f.seek(0, os.SEEK_END)
+    fd = os.open(transcript.path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(f"{path} is a directory")
+        if not stat.S_ISREG(st.st_mode):
+            raise NotARegularFile(f"{path} is not a regular file")
+        size = st.st_size
         tail = max_bytes is not None and max_bytes < size
         # In tail mode start one byte early: if that byte ends a line, the first line read is whole.
-        f.seek(size - max(max_bytes, 0) - 1 if tail else 0)
-        data = f.read()
+        start = size - max(max_bytes or 0, 0) - 1 if tail else 0
+        data = os.pread(fd, size - start, start)
+    finally:
+        os.close(fd)
     if tail:
         cut = data.find(b"\n")
         data = data[cut + 1 :] if cut >= 0 else b""

@@ -37,7 +37,7 @@ class StopReport:
         )
 
 
-def response_text(payload: HookPayload, wait_ms: int) -> tuple[str | None, str | None]:
+def response_text(payload: HookPayload, wait_ms: int, max_bytes: int) -> tuple[str | None, str | None]:
     """(the response, where it came from): `last_assistant_message`, else the assistant text after the last
     typed prompt in the transcript, waiting up to `wait_ms` for it to be written."""
     if payload.last_assistant_message is not None:
@@ -50,9 +50,9 @@ def response_text(payload: HookPayload, wait_ms: int) -> tuple[str | None, str |
     deadline = time.monotonic() + wait_ms / 1000.0
     while True:
         try:
-            text = read_transcript(path, max_bytes=4_000_000).last_response()
-        except OSError:
-            return None, None
+            text = read_transcript(path, max_bytes=max_bytes).last_response()
+        except OSError as exc:
+            return None, f"the transcript cannot be read: {exc}"
         if text is not None:
             return text, "transcript"
         if time.monotonic() >= deadline:
@@ -74,9 +74,12 @@ def apply_stop(payload: HookPayload, settings: Settings, *, embed_with_model, em
         _record_subagent_stop(row, payload)
         report.skipped = f"subagent {payload.agent_id} stop recorded; subagents are not graded"
         return report
-    text, report.response_source = response_text(payload, settings.HOOK_TRANSCRIPT_WAIT_MS)
+    text, report.response_source = response_text(
+        payload, settings.HOOK_TRANSCRIPT_WAIT_MS, settings.TRANSCRIPT_MAX_BYTES
+    )
     if text is None:
-        report.skipped = "no response text (no last_assistant_message and none in the transcript)"
+        why = report.response_source or "none in the transcript"
+        report.skipped, report.response_source = f"no response text (no last_assistant_message; {why})", None
         return report
     digest = sha256(text)
     data = (row.data or {}) if row is not None else {}

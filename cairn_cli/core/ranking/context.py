@@ -19,7 +19,6 @@ from cairn_cli.core.text import context_key
 from cairn_cli.errors import InvalidInput, NotFound
 
 INJECTION_TAG = "cairn-memories"
-TRANSCRIPT_TAIL_BYTES = 2_000_000
 
 _DROP_BLOCKS = re.compile(
     r"<(system-reminder|cairn-memories|cairn-rules|cairn-ab|ide_opened_file|ide_selection|command-name|command-message|"
@@ -45,12 +44,12 @@ def clean(text: str) -> str:
     return _SPACE.sub(" ", text).strip()
 
 
-def _earlier_turns(transcript_path: Path, prompt: str) -> list[tuple[str, str]]:
+def _earlier_turns(transcript_path: Path, prompt: str, max_bytes: int) -> list[tuple[str, str]]:
     """(role, cleaned text) of the main chain, oldest first, the current prompt excluded."""
     from cairn_cli.core.transcript import read_transcript
 
     try:
-        transcript = read_transcript(transcript_path, max_bytes=TRANSCRIPT_TAIL_BYTES)
+        transcript = read_transcript(transcript_path, max_bytes=max_bytes)
     except FileNotFoundError:
         raise NotFound(f"transcript {transcript_path} does not exist", "pass a valid --transcript or omit it") from None
     except (PermissionError, IsADirectoryError, OSError) as exc:
@@ -70,7 +69,12 @@ def _earlier_turns(transcript_path: Path, prompt: str) -> list[tuple[str, str]]:
 
 
 def build_context_window(
-    prompt: str, transcript_path: str | Path | None = None, *, max_turns: int, max_chars: int
+    prompt: str,
+    transcript_path: str | Path | None = None,
+    *,
+    max_turns: int,
+    max_chars: int,
+    max_bytes: int = 4_000_000,
 ) -> ContextWindow:
     """The cleaned, bounded window for `prompt` plus the session's last turns. Empty prompt is an error."""
     if prompt is None or not clean(prompt):
@@ -80,7 +84,7 @@ def build_context_window(
     used = 0
     notes: list[str] = []
     if transcript_path:
-        earlier = _earlier_turns(Path(transcript_path), cleaned_prompt)
+        earlier = _earlier_turns(Path(transcript_path), cleaned_prompt, max_bytes)
         # a turn = a user prompt plus what the assistant answered; take pieces newest first
         budget = max_chars - len(cleaned_prompt)
         users_seen = 0

@@ -159,6 +159,7 @@ def _context(request: RankRequest, settings: Settings, notes: list[str]) -> Cont
             request.transcript,
             max_turns=settings.CONTEXT_MAX_TURNS,
             max_chars=settings.CONTEXT_MAX_CHARS,
+            max_bytes=settings.TRANSCRIPT_MAX_BYTES,
         )
     except NotFound as exc:
         if request.hook is None:
