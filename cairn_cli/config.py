@@ -94,6 +94,12 @@ _SETTINGS = [
     ),
     Setting("DAEMON_TIMEOUT_MS", 1500, int, "Hook client's connect+read timeout before the in-process fallback."),
     Setting(
+        "DAEMON_BACKOFF_S",
+        10.0,
+        float,
+        "After the daemon did not answer in time, skip it (lexical fallback at once) for this long; 0: never skip.",
+    ),
+    Setting(
         "ENGAGEMENT_LEXICAL_MIN",
         0.25,
         float,

@@ -472,6 +472,7 @@ def test_autostart_answers_now_and_spawns_the_daemon_for_next_time(home):
     assert result["ranker"] == "cairn-fallback" and "autostarted" in result["notes"][0]
     wait_for(lambda: state_is(home, "running"), "the autostarted daemon running")
     assert rank_json(home, "deploy to production")["ranker"] == "cairn"
+    assert daemon_log(home).count("spawn: starting a daemon") == 1
 
 
 def test_the_lean_entry_accepts_exactly_the_typer_options():

@@ -3,6 +3,10 @@
 CAIRN_DAEMON=auto (default): ask the daemon; when it is absent, stale, hung or refused, rank here with the
 lexical fallback (keywords + scope, no model loaded) and say so in the provenance. CAIRN_DAEMON=off: load the
 models in this process (slow; for tests and one-off use). Nothing heavy is imported unless the daemon fails.
+
+The circuit breaker: only "no daemon listens" may start one (autostart), and only one process per CAIRN_HOME
+at a time (lock.claim_spawn); a daemon that is loading or busy said so and is left alone; one that did not answer
+in time is skipped for CAIRN_DAEMON_BACKOFF_S, so that a hung daemon costs one prompt its timeout, not every one.
 """
 
 from __future__ import annotations
@@ -17,13 +21,16 @@ from cairn_cli.daemon import client
 COMMIT_MARGIN_S = 0.1
 
 
-def spawn(home):
-    """Start `cairn daemon serve` detached (its own session), logging to CAIRN_HOME/logs/daemon.log."""
+def spawn(home, why: str):
+    """Start `cairn daemon serve` detached (its own session), logging to CAIRN_HOME/logs/daemon.log. Callers
+    claim the spawn first (lock.claim_spawn): one daemon per CAIRN_HOME, one spawn at a time."""
     import subprocess
 
-    from cairn_cli.files import private_file
+    from cairn_cli.files import append_line, private_file
 
-    with open(private_file(os.path.join(str(home), "logs", "daemon.log")), "ab") as log:
+    log_path = private_file(os.path.join(str(home), "logs", "daemon.log"))
+    append_line(log_path, f"{time.strftime('%Y-%m-%dT%H:%M:%S')} [{os.getpid()}] spawn: starting a daemon ({why})")
+    with open(log_path, "ab") as log:
         return subprocess.Popen(
             [sys.executable, "-m", "cairn_cli", "daemon", "serve"],
             stdin=subprocess.DEVNULL,
@@ -35,6 +42,20 @@ def spawn(home):
         )
 
 
+def start_for_next_time(home, why: str) -> str:
+    """Start a daemon for next time unless one is alive or already on its way; says what happened."""
+    from cairn_cli.daemon import lock
+
+    try:
+        refused = lock.claim_spawn(home)
+        if refused:
+            return f"no daemon started: {refused}"
+        spawn(home, why)
+    except OSError as exc:
+        return f"the daemon could not be started ({exc.strerror or exc})"
+    return "daemon autostarted for next time"
+
+
 def rank(fields: dict, overrides: dict, *, autostart: bool = False) -> dict:
     """Rank `fields` (RankRequest's) with settings `overrides`; returns RankResult.as_dict()."""
     from cairn_cli.errors import CairnError
@@ -44,26 +65,33 @@ def rank(fields: dict, overrides: dict, *, autostart: bool = False) -> dict:
         from cairn_cli.errors import ConfigError
 
         raise ConfigError(f"CAIRN_DAEMON={mode!r} is not auto or off", "set CAIRN_DAEMON=auto")
-    if mode == "auto":
-        timeout_ms = config.get("DAEMON_TIMEOUT_MS")
-        # the daemon logs nothing once we may have given up on it: no prompt is logged twice
-        sent = {**fields, "commit_deadline": time.time() + max(0.05, timeout_ms / 1000.0 - COMMIT_MARGIN_S)}
-        try:
-            answer = client.request(
-                "rank", {"request": sent, "settings": overrides, "env": client.client_environ()}, timeout_ms=timeout_ms
-            )
-            return answer["result"]
-        except client.RemoteError as exc:
-            err = CairnError(exc.message, exc.hint)
-            err.exit_code = exc.exit_code
-            raise err from None
-        except client.Unavailable as exc:
-            reason = str(exc)
-            if autostart:
-                spawn(config.home_dir())
-                reason += "; daemon autostarted for next time"
-        return _in_process(fields, overrides, fallback=reason)
-    return _in_process(fields, overrides, fallback=None)
+    if mode == "off":
+        return _in_process(fields, overrides, fallback=None)
+    backoff_s = config.get("DAEMON_BACKOFF_S")
+    skipped = client.backoff_reason(backoff_s)
+    if skipped:
+        return _in_process(fields, overrides, fallback=skipped)
+    timeout_ms = config.get("DAEMON_TIMEOUT_MS")
+    # the daemon logs nothing once we may have given up on it: no prompt is logged twice
+    sent = {**fields, "commit_deadline": time.time() + max(0.05, timeout_ms / 1000.0 - COMMIT_MARGIN_S)}
+    try:
+        answer = client.request(
+            "rank", {"request": sent, "settings": overrides, "env": client.client_environ()}, timeout_ms=timeout_ms
+        )
+        client.clear_backoff()
+        return answer["result"]
+    except client.RemoteError as exc:
+        err = CairnError(exc.message, exc.hint)
+        err.exit_code = exc.exit_code
+        raise err from None
+    except client.Unavailable as exc:
+        reason = str(exc)
+        if isinstance(exc, client.NoAnswer) and backoff_s > 0:
+            client.start_backoff(reason)
+            reason += f"; skipping the daemon for {backoff_s:g} s (back-off)"
+        elif isinstance(exc, client.NotRunning) and autostart:
+            reason += "; " + start_for_next_time(config.home_dir(), reason)
+    return _in_process(fields, overrides, fallback=reason)
 
 
 def _in_process(fields: dict, overrides: dict, *, fallback: str | None) -> dict:
