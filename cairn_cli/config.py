@@ -100,6 +100,13 @@ _SETTINGS = [
         "After the daemon did not answer in time, skip it (lexical fallback at once) for this long; 0: never skip.",
     ),
     Setting(
+        "DAEMON_WATCH_S",
+        30.0,
+        float,
+        "How often an idle daemon checks that its CAIRN_HOME and socket are still its own (it exits when not).",
+    ),
+    Setting("DAEMON_IDLE_EXIT_S", 0.0, float, "The daemon exits after this long without a rank or embed; 0: never."),
+    Setting(
         "ENGAGEMENT_LEXICAL_MIN",
         0.25,
         float,

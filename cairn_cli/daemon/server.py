@@ -8,6 +8,8 @@
 - SIGTERM / SIGINT shut it down cleanly; requests are served one at a time (hooks are sequential, and the
   databases are bound per request): one that cannot have its turn before its client's deadline is answered
   "busy", one that arrives while the models load "loading"; health answers at once, whatever is running;
+- it exits by itself when it is an orphan (its CAIRN_HOME, socket or lock file deleted or replaced: checked on
+  every request and every CAIRN_DAEMON_WATCH_S) and, when CAIRN_DAEMON_IDLE_EXIT_S is set, when idle that long.
 """
 
 from __future__ import annotations
@@ -64,11 +66,13 @@ class Daemon:
         self.requests = 0
         self.ops: dict[str, int] = {}
         self._count_lock = threading.Lock()
+        self.last_work = time.monotonic()  # the last rank or embed (idle exit)
         self.engine = None
         self.reranker_sig = None
         self.loading_sig = None
         self.state = "loading"
         self.server = None
+        self.socket_id: tuple[int, int] | None = None  # (st_dev, st_ino) of the socket we bound
         self.stopping: str | None = None
 
     # -- models -------------------------------------------------------------------------------------------
@@ -87,6 +91,7 @@ class Daemon:
         self.log(f"indexed {len(self.engine.table(self.settings).table)} memories in {time.time() - t0:.1f}s")
         gc.collect()
         gc.freeze()
+        self.last_work = time.monotonic()
         self.state = "ready"
         self.write_status()
 
@@ -144,6 +149,10 @@ class Daemon:
         with self._count_lock:
             self.requests += 1
             self.ops[str(op)] = self.ops.get(str(op), 0) + 1
+        gone = self.orphaned()
+        if gone:
+            self.stop(gone)
+            return {"ok": False, "kind": "stopping", "error": f"daemon is exiting: {gone}"}
         if op == "health":
             return {"ok": True, **self.health()}
         if op == "shutdown":
@@ -167,6 +176,7 @@ class Daemon:
             answer = self.handle(req)
         finally:
             self.lock.release()
+        self.last_work = time.monotonic()
         return answer
 
     def handle(self, req: dict) -> dict:
@@ -194,12 +204,50 @@ class Daemon:
         raise InvalidInput(f"unknown op {op!r}", "use rank, embed, health or shutdown")
 
     # -- lifetime -----------------------------------------------------------------------------------------
+    def orphaned(self) -> str | None:
+        """Why this daemon serves no one any more (its home, socket or lock file deleted or replaced), or None."""
+        if not os.path.isdir(self.home):
+            return f"its CAIRN_HOME {self.home} is gone"
+        for what, path, mine in (
+            ("socket", socket_path(self.home), self.socket_id),
+            ("lock file", home_lock.lock_path(self.home), home_lock.held_identity(self.home)),
+        ):
+            if mine is None:
+                continue
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                return f"its {what} {path} is gone"
+            except OSError as exc:
+                return f"its {what} {path} cannot be checked ({exc.strerror})"
+            if (st.st_dev, st.st_ino) != mine:
+                return f"its {what} {path} was replaced"
+        return None
+
     def stop(self, why: str) -> None:
         """Shut the server down (from any thread but serve_forever's); the first reason is the one logged."""
         if self.stopping is None:
             self.stopping = why
             self.log(f"exiting: {why}")
             threading.Thread(target=self.server.shutdown, daemon=True).start()
+
+    def watch(self, done: threading.Event) -> None:
+        """Every CAIRN_DAEMON_WATCH_S (or sooner, for the idle exit): exit when orphaned, or idle too long."""
+        while True:
+            idle = self.settings.DAEMON_IDLE_EXIT_S
+            every = self.settings.DAEMON_WATCH_S
+            if idle > 0:
+                every = min(every, idle)
+            if done.wait(max(0.05, every)):
+                return
+            gone = self.orphaned()
+            if gone:
+                self.stop(gone)
+                return
+            quiet = time.monotonic() - self.last_work
+            if idle > 0 and self.state == "ready" and quiet >= idle and not self.lock.locked():
+                self.stop(f"idle for {idle:g} s (CAIRN_DAEMON_IDLE_EXIT_S)")
+                return
 
     def health(self) -> dict:
         eng = self.engine
@@ -221,6 +269,8 @@ class Daemon:
         }
 
     def write_status(self) -> None:
+        if not os.path.isdir(self.home):
+            return  # an orphan never recreates a deleted home
         atomic_write(
             status_path(self.home),
             orjson.dumps(
@@ -261,7 +311,7 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 
 
 def serve(home: Path, settings: Settings) -> int:
-    """Run the daemon in the foreground until SIGTERM. Returns the exit code."""
+    """Run the daemon in the foreground until SIGTERM (or it is orphaned, or idle). Returns the exit code."""
     if not home_lock.hold(home):  # entry.py took it already when this process is `cairn daemon serve`
         raise AlreadyRunning("a cairn daemon is already running for this CAIRN_HOME", "see `cairn daemon status`")
     try:
@@ -288,6 +338,8 @@ def _serve_locked(home: Path, settings: Settings, log) -> int:
     finally:
         os.umask(old_umask)
     os.chmod(sock, 0o600)
+    st = os.lstat(sock)
+    daemon.socket_id = (st.st_dev, st.st_ino)
     server.daemon = daemon
     daemon.server = server
 
@@ -300,20 +352,34 @@ def _serve_locked(home: Path, settings: Settings, log) -> int:
     daemon.write_status()
     log("listening; loading models")
     threading.Thread(target=_load, args=(daemon, log), daemon=True).start()
+    done = threading.Event()
+    threading.Thread(target=daemon.watch, args=(done,), daemon=True).start()
     try:
         server.serve_forever(poll_interval=0.2)
     finally:
+        done.set()
         server.server_close()
-        for path in (sock, Path(status_path(home))):
-            try:
-                path.unlink()
-            except FileNotFoundError:
-                pass
+        _remove_if_ours(daemon, sock, Path(status_path(home)))
         from cairn_cli.db import close_all
 
         close_all()
         log("stopped")
     return 0
+
+
+def _remove_if_ours(daemon: Daemon, sock: Path, status: Path) -> None:
+    """Remove our socket and status file, never a successor's (an orphan's home may hold a new daemon's)."""
+    try:
+        st = sock.lstat()
+        if (st.st_dev, st.st_ino) == daemon.socket_id:
+            sock.unlink()
+    except FileNotFoundError:
+        pass
+    try:
+        if orjson.loads(status.read_bytes()).get("pid") == os.getpid():
+            status.unlink()
+    except (OSError, orjson.JSONDecodeError, AttributeError):
+        pass
 
 
 def _load(daemon: Daemon, log) -> None:
