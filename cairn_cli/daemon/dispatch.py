@@ -19,6 +19,8 @@ from cairn_cli import config
 from cairn_cli.daemon import client
 
 COMMIT_MARGIN_S = 0.1
+EMBED_BATCH = 256  # texts to an embed request of a bulk embedding (memory import)
+EMBED_BATCH_TIMEOUT_MS = 120_000  # a batch takes seconds on a busy CPU, not the hook's 1.5 s
 
 
 def spawn(home, why: str):
@@ -110,24 +112,57 @@ def _in_process(fields: dict, overrides: dict, *, fallback: str | None) -> dict:
     return run_rank(RankRequest(**fields), settings, engine).as_dict()
 
 
-def embed_with_model(texts: list[str]) -> tuple[str, list[list[float]]] | None:
+def embed_with_model(texts: list[str], *, timeout_ms: int | None = None) -> tuple[str, list[list[float]]] | None:
     """(model name, unit vectors) for `texts` from the daemon's warm embedder (CAIRN_DAEMON=auto), or from this
     process's model (off). None when the daemon does not answer: callers degrade (semantic engagement skipped, a
     new memory waits for the daemon to embed it) instead of loading torch on a hook's path."""
     if config.get("DAEMON") == "off":
-        from cairn_cli.ml.models import get_encoder
-
-        encoder = get_encoder(config.get("EMBED_MODEL"), config.get("EMBED_DTYPE"))
-        return encoder.name, encoder.encode(texts).tolist() if texts else []
+        name, vectors = _local_embed(texts)
+        return name, vectors.tolist()
     try:
         answer = client.request(
             "embed",
             {"texts": texts, "env": client.client_environ()},
-            timeout_ms=max(2000, config.get("DAEMON_TIMEOUT_MS")),
+            timeout_ms=timeout_ms or max(2000, config.get("DAEMON_TIMEOUT_MS")),
         )
     except (client.Unavailable, client.RemoteError):
         return None
     return answer["model"], answer["vectors"]
+
+
+def embed_daemon_first(texts: list[str]):
+    """(model name, vectors) for a bulk embedding (`memory import`): through the warm daemon, EMBED_BATCH texts to a
+    request, when it answers ready; else in this process, as without a daemon (also when it stops answering midway:
+    one model for all the vectors)."""
+    if texts and config.get("DAEMON") == "auto" and _daemon_ready():
+        model, vectors = None, []
+        for i in range(0, len(texts), EMBED_BATCH):
+            got = embed_with_model(texts[i : i + EMBED_BATCH], timeout_ms=EMBED_BATCH_TIMEOUT_MS)
+            if got is None or model not in (None, got[0]):
+                break
+            model = got[0]
+            vectors.extend(got[1])
+        else:
+            return model, vectors
+    return _local_embed(texts)
+
+
+def _daemon_ready() -> bool:
+    if client.backoff_reason(config.get("DAEMON_BACKOFF_S")):
+        return False
+    try:
+        health = client.request("health", timeout_ms=config.get("DAEMON_TIMEOUT_MS"))
+    except (client.Unavailable, client.RemoteError):
+        return False
+    return health.get("state") == "ready"
+
+
+def _local_embed(texts: list[str]):
+    """(model name, float32 array): the configured model, loaded in this process."""
+    from cairn_cli.ml.models import get_encoder
+
+    encoder = get_encoder(config.get("EMBED_MODEL"), config.get("EMBED_DTYPE"))
+    return encoder.name, encoder.encode(texts)
 
 
 def embed(texts: list[str]) -> list[list[float]] | None:
