@@ -514,3 +514,14 @@ def test_the_daemon_picks_up_a_newly_deployed_student_without_a_restart(home):
         names.append(result["reranker_model"])
     assert names[0] != names[1]
     assert status(home)[1]["pid"] == pid  # the same daemon process throughout
+
+
+@pytest.mark.slow
+def test_status_reports_the_torch_threads_the_daemon_was_given(home):
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("on one core, 1 thread is also the default: the test could not fail")
+    start(home, CAIRN_TORCH_THREADS="1")
+    st = wait_for(lambda: state_is(home, "running"), "running daemon")
+    assert st["torch_threads"] == 1, "torch was loaded after the wish was set, and kept its default"
+    out = run(home, "daemon", "status")
+    assert out.returncode == 0 and "torch threads 1" in out.stdout, out.stdout

@@ -79,7 +79,7 @@ class Daemon:
     def load(self) -> None:
         from cairn_cli.core.ranking.pipeline import RankEngine
         from cairn_cli.core.store import open_stores
-        from cairn_cli.ml.device import set_torch_threads
+        from cairn_cli.ml.device import apply_torch_threads, set_torch_threads
         from cairn_cli.ml.models import get_encoder
 
         open_stores(self.settings)
@@ -89,6 +89,7 @@ class Daemon:
         t0 = time.time()
         self.engine.table(self.settings)  # prewarm: index the default store before the first prompt
         self.log(f"indexed {len(self.engine.table(self.settings).table)} memories in {time.time() - t0:.1f}s")
+        apply_torch_threads()  # torch may have come in after the wish was set (the reranker's CUDA probe)
         gc.collect()
         gc.freeze()
         self.last_work = time.monotonic()
@@ -128,8 +129,10 @@ class Daemon:
 
     def _swap_reranker(self, settings: Settings, resolution, sig, locked: bool = False) -> None:
         from cairn_cli.core.ranking.reranking import load_reranker
+        from cairn_cli.ml.device import apply_torch_threads
 
         reranker, notes = load_reranker(settings, resolution)
+        apply_torch_threads()
         with self.lock if locked else contextlib.nullcontext():  # swapped between requests, never during one
             if self.loading_sig != sig:
                 return  # superseded by a newer deployment while loading
