@@ -166,3 +166,33 @@ def test_the_daemon_taking_the_lock_ends_the_spawn_in_flight(cairn_home, auto):
     assert "holds daemon.lock" in lock.claim_spawn(cairn_home)
     lock.release(cairn_home)  # and died
     assert lock.claim_spawn(cairn_home) is None
+
+
+def test_when_the_back_off_runs_out_one_caller_asks_and_the_others_keep_skipping(cairn_home):
+    client.start_backoff("daemon did not answer within 300 ms", base=cairn_home)
+    long_ago = os.stat(client.backoff_path(cairn_home)).st_mtime - 60
+    os.utime(client.backoff_path(cairn_home), (long_ago, long_ago))
+    assert client.backoff_reason(10.0, base=cairn_home) is None, "this caller asks the daemon again"
+    assert "daemon skipped for 10 s more" in client.backoff_reason(10.0, base=cairn_home), "while it asks"
+
+
+def test_a_daemon_gone_ends_the_back_off_and_may_be_started_again(cairn_home, auto, monkeypatch):
+    monkeypatch.setenv("CAIRN_DAEMON_BACKOFF_S", "5")
+    client.start_backoff("daemon did not answer within 300 ms", base=cairn_home)
+    long_ago = os.stat(client.backoff_path(cairn_home)).st_mtime - 60
+    os.utime(client.backoff_path(cairn_home), (long_ago, long_ago))
+    note = _rank(autostart=True)["notes"][0]
+    assert "no socket" in note and "daemon autostarted" in note and len(auto) == 1
+    assert not os.path.exists(client.backoff_path(cairn_home))
+
+
+def test_the_stop_hooks_embedding_respects_the_back_off(cairn_home, monkeypatch):
+    monkeypatch.setenv("CAIRN_DAEMON", "auto")
+    monkeypatch.setenv("CAIRN_DAEMON_TIMEOUT_MS", "300")
+    fake = FakeDaemon(cairn_home, None)
+    try:
+        assert dispatch.embed_with_model(["hello"], timeout_ms=300) is None
+        assert dispatch.embed_with_model(["hello"]) is None
+        assert fake.accepted == 1, "the second embedding skipped the hung daemon"
+    finally:
+        fake.close()

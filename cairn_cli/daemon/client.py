@@ -150,11 +150,16 @@ def backoff_path(base=None) -> str:
 
 
 def backoff_reason(seconds: float, base=None) -> str | None:
-    """Why the daemon is being skipped, while a timeout less than `seconds` ago; None: ask it."""
+    """Why the daemon is being skipped, while a timeout less than `seconds` ago; None: ask it. When the back-off
+    has run out, the caller that sees it first renews it and asks (one probe, not every concurrent prompt); its
+    outcome ends the back-off or starts a new one."""
     path = backoff_path(base)
     try:
         age = time.time() - os.stat(path).st_mtime
+        if seconds <= 0:
+            return None
         if not 0 <= age < seconds:
+            os.utime(path)
             return None
         with open(path, encoding="utf-8", errors="replace") as fh:
             why = fh.read(500).strip()

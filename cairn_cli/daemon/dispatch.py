@@ -77,10 +77,9 @@ def rank(fields: dict, overrides: dict, *, autostart: bool = False) -> dict:
     # the daemon logs nothing once we may have given up on it: no prompt is logged twice
     sent = {**fields, "commit_deadline": time.time() + max(0.05, timeout_ms / 1000.0 - COMMIT_MARGIN_S)}
     try:
-        answer = client.request(
-            "rank", {"request": sent, "settings": overrides, "env": client.client_environ()}, timeout_ms=timeout_ms
+        answer = _ask(
+            "rank", {"request": sent, "settings": overrides, "env": client.client_environ()}, timeout_ms, backoff_s
         )
-        client.clear_backoff()
         return answer["result"]
     except client.RemoteError as exc:
         err = CairnError(exc.message, exc.hint)
@@ -89,11 +88,26 @@ def rank(fields: dict, overrides: dict, *, autostart: bool = False) -> dict:
     except client.Unavailable as exc:
         reason = str(exc)
         if isinstance(exc, client.NoAnswer) and backoff_s > 0:
-            client.start_backoff(reason)
             reason += f"; skipping the daemon for {backoff_s:g} s (back-off)"
         elif isinstance(exc, client.NotRunning) and autostart:
             reason += "; " + start_for_next_time(config.home_dir(), reason)
     return _in_process(fields, overrides, fallback=reason)
+
+
+def _ask(op: str, payload: dict, timeout_ms: int, backoff_s: float) -> dict:
+    """client.request, keeping the back-off: no answer in time starts one; any other outcome (an answer, a refusal,
+    no daemon at all) ends it, since there is no hung daemon to spare."""
+    try:
+        answer = client.request(op, payload, timeout_ms=timeout_ms)
+    except client.NoAnswer as exc:
+        if backoff_s > 0:
+            client.start_backoff(str(exc))
+        raise
+    except (client.Unavailable, client.RemoteError):
+        client.clear_backoff()
+        raise
+    client.clear_backoff()
+    return answer
 
 
 def _in_process(fields: dict, overrides: dict, *, fallback: str | None) -> dict:
@@ -119,11 +133,15 @@ def embed_with_model(texts: list[str], *, timeout_ms: int | None = None) -> tupl
     if config.get("DAEMON") == "off":
         name, vectors = _local_embed(texts)
         return name, vectors.tolist()
+    backoff_s = config.get("DAEMON_BACKOFF_S")
+    if client.backoff_reason(backoff_s):
+        return None
     try:
-        answer = client.request(
+        answer = _ask(
             "embed",
             {"texts": texts, "env": client.client_environ()},
-            timeout_ms=timeout_ms or max(2000, config.get("DAEMON_TIMEOUT_MS")),
+            timeout_ms or max(2000, config.get("DAEMON_TIMEOUT_MS")),
+            backoff_s,
         )
     except (client.Unavailable, client.RemoteError):
         return None
@@ -148,10 +166,11 @@ def embed_daemon_first(texts: list[str]):
 
 
 def _daemon_ready() -> bool:
-    if client.backoff_reason(config.get("DAEMON_BACKOFF_S")):
+    backoff_s = config.get("DAEMON_BACKOFF_S")
+    if client.backoff_reason(backoff_s):
         return False
     try:
-        health = client.request("health", timeout_ms=config.get("DAEMON_TIMEOUT_MS"))
+        health = _ask("health", {}, config.get("DAEMON_TIMEOUT_MS"), backoff_s)
     except (client.Unavailable, client.RemoteError):
         return False
     return health.get("state") == "ready"
