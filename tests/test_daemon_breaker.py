@@ -151,7 +151,7 @@ def test_a_busy_daemon_says_busy_and_nothing_is_started(home, tmp_path):
     try:
         wait_for(gates.inside, "the first rank request inside the daemon")
         second = rank_json(
-            home, "deploy to production", "--autostart", "--session", "second", CAIRN_DAEMON_TIMEOUT_MS="1500"
+            home, "deploy to production", "--autostart", "--session", "second", CAIRN_DAEMON_TIMEOUT_MS="3000"
         )
         assert second["ranker"] == "cairn-fallback"
         note = second["notes"][0]

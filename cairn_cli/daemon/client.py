@@ -25,7 +25,7 @@ MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 
 
 BACKOFF_NAME = "daemon.backoff"
-DEADLINE_MARGIN_S = 0.1  # the daemon answers "busy" this long before the client would give up
+DEADLINE_MARGIN_S = 0.25  # the daemon answers "busy" this long before the client would give up (time to be heard)
 
 
 class Unavailable(Exception):
