@@ -94,6 +94,19 @@ _SETTINGS = [
     ),
     Setting("DAEMON_TIMEOUT_MS", 1500, int, "Hook client's connect+read timeout before the in-process fallback."),
     Setting(
+        "DAEMON_BACKOFF_S",
+        10.0,
+        float,
+        "After the daemon did not answer in time, skip it (lexical fallback at once) for this long; 0: never skip.",
+    ),
+    Setting(
+        "DAEMON_WATCH_S",
+        30.0,
+        float,
+        "How often an idle daemon checks that its CAIRN_HOME and socket are still its own (it exits when not).",
+    ),
+    Setting("DAEMON_IDLE_EXIT_S", 0.0, float, "The daemon exits after this long without a rank or embed; 0: never."),
+    Setting(
         "ENGAGEMENT_LEXICAL_MIN",
         0.25,
         float,

@@ -67,7 +67,22 @@ def main() -> None:
         from cairn_cli import hook_entry
 
         sys.exit(hook_entry.run_prompt() if argv[1] == "prompt" else hook_entry.run_stop())
+    if argv == ["daemon", "serve"]:
+        _hold_daemon_lock()
     sys.exit(_typer(argv))
+
+
+def _hold_daemon_lock() -> None:
+    """A second daemon (an autostart racing another) exits here, before Typer or any model is imported; the first
+    keeps the lock for its whole life (server.serve finds it held)."""
+    from cairn_cli.config import home_dir
+    from cairn_cli.daemon import lock
+
+    if not lock.hold(home_dir()):
+        sys.stderr.write(
+            "error: a cairn daemon is already running for this CAIRN_HOME (hint: see `cairn daemon status`)\n"
+        )
+        sys.exit(1)
 
 
 if __name__ == "__main__":

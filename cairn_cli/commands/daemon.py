@@ -16,8 +16,12 @@ def _show(st, json: bool) -> None:
     if json:
         output.json_out({**st.health, "state": st.state, "pid": st.pid, "detail": st.detail})
     else:
+        threads = st.health.get("torch_threads")
         output.text_out(
-            f"{st.state}" + (f" (pid {st.pid})" if st.pid else "") + (f": {st.detail}" if st.detail else "")
+            f"{st.state}"
+            + (f" (pid {st.pid})" if st.pid else "")
+            + (f": {st.detail}" if st.detail else "")
+            + (f", torch threads {threads}" if threads else "")
         )
         for w in st.health.get("warnings", []):
             output.message(f"warning: {w}")

@@ -67,10 +67,13 @@ def import_(
     Example: cairn memory import memories.jsonl --source-ref gen-v3
     """
     from cairn_cli.core.store import memories
+    from cairn_cli.daemon.dispatch import embed_daemon_first
 
     lines = sum(1 for line in file.open("rb") if line.strip()) if file.is_file() else None
     with output.progress(lines, "importing") as tick:
-        report = memories.import_jsonl(file, store(), source_ref=source_ref, skip_invalid=skip_invalid, progress=tick)
+        report = memories.import_jsonl(
+            file, store(), source_ref=source_ref, skip_invalid=skip_invalid, progress=tick, embed=embed_daemon_first
+        )
     if json:
         output.json_out(
             {

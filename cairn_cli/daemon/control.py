@@ -10,7 +10,7 @@ from pathlib import Path
 
 import orjson
 
-from cairn_cli.daemon import client
+from cairn_cli.daemon import client, lock
 from cairn_cli.daemon.dispatch import spawn
 
 
@@ -61,6 +61,8 @@ def status(home: Path, timeout_ms: int = 1500) -> Status:
         if "did not answer" in reason:
             return Status("hung", pid, reason)
         return Status("hung", pid, f"process alive but {reason}")
+    if lock.held(home):
+        return Status("loading", pid, f"a daemon holds daemon.lock but does not answer yet ({reason})")
     if pid or os.path.lexists(client.socket_path(home)):
         return Status("stale", pid, f"left behind by a dead daemon ({reason})")
     return Status("stopped", None, reason)
@@ -82,10 +84,10 @@ def start(home: Path, wait_s: float) -> Status:
         return current  # never start a second daemon beside a live one; the operator stops it first
     if current.state == "stale":
         cleanup_stale(home)
-    proc = spawn(home)
+    proc = None if lock.claim_spawn(home) else spawn(home, "cairn daemon start")  # else one is on its way
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
+        if proc is not None and proc.poll() is not None:
             return Status("failed", proc.pid, f"daemon exited with {proc.returncode}; see {home / 'logs/daemon.log'}")
         now = status(home, timeout_ms=500)
         if now.state in ("running", "failed"):

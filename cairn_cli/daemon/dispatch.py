@@ -3,6 +3,10 @@
 CAIRN_DAEMON=auto (default): ask the daemon; when it is absent, stale, hung or refused, rank here with the
 lexical fallback (keywords + scope, no model loaded) and say so in the provenance. CAIRN_DAEMON=off: load the
 models in this process (slow; for tests and one-off use). Nothing heavy is imported unless the daemon fails.
+
+The circuit breaker: only "no daemon listens" may start one (autostart), and only one process per CAIRN_HOME
+at a time (lock.claim_spawn); a daemon that is loading or busy said so and is left alone; one that did not answer
+in time is skipped for CAIRN_DAEMON_BACKOFF_S, so that a hung daemon costs one prompt its timeout, not every one.
 """
 
 from __future__ import annotations
@@ -15,15 +19,20 @@ from cairn_cli import config
 from cairn_cli.daemon import client
 
 COMMIT_MARGIN_S = 0.1
+EMBED_BATCH = 256  # texts to an embed request of a bulk embedding (memory import)
+EMBED_BATCH_TIMEOUT_MS = 120_000  # a batch takes seconds on a busy CPU, not the hook's 1.5 s
 
 
-def spawn(home):
-    """Start `cairn daemon serve` detached (its own session), logging to CAIRN_HOME/logs/daemon.log."""
+def spawn(home, why: str):
+    """Start `cairn daemon serve` detached (its own session), logging to CAIRN_HOME/logs/daemon.log. Callers
+    claim the spawn first (lock.claim_spawn): one daemon per CAIRN_HOME, one spawn at a time."""
     import subprocess
 
-    from cairn_cli.files import private_file
+    from cairn_cli.files import append_line, private_file
 
-    with open(private_file(os.path.join(str(home), "logs", "daemon.log")), "ab") as log:
+    log_path = private_file(os.path.join(str(home), "logs", "daemon.log"))
+    append_line(log_path, f"{time.strftime('%Y-%m-%dT%H:%M:%S')} [{os.getpid()}] spawn: starting a daemon ({why})")
+    with open(log_path, "ab") as log:
         return subprocess.Popen(
             [sys.executable, "-m", "cairn_cli", "daemon", "serve"],
             stdin=subprocess.DEVNULL,
@@ -35,6 +44,20 @@ def spawn(home):
         )
 
 
+def start_for_next_time(home, why: str) -> str:
+    """Start a daemon for next time unless one is alive or already on its way; says what happened."""
+    from cairn_cli.daemon import lock
+
+    try:
+        refused = lock.claim_spawn(home)
+        if refused:
+            return f"no daemon started: {refused}"
+        spawn(home, why)
+    except OSError as exc:
+        return f"the daemon could not be started ({exc.strerror or exc})"
+    return "daemon autostarted for next time"
+
+
 def rank(fields: dict, overrides: dict, *, autostart: bool = False) -> dict:
     """Rank `fields` (RankRequest's) with settings `overrides`; returns RankResult.as_dict()."""
     from cairn_cli.errors import CairnError
@@ -44,26 +67,47 @@ def rank(fields: dict, overrides: dict, *, autostart: bool = False) -> dict:
         from cairn_cli.errors import ConfigError
 
         raise ConfigError(f"CAIRN_DAEMON={mode!r} is not auto or off", "set CAIRN_DAEMON=auto")
-    if mode == "auto":
-        timeout_ms = config.get("DAEMON_TIMEOUT_MS")
-        # the daemon logs nothing once we may have given up on it: no prompt is logged twice
-        sent = {**fields, "commit_deadline": time.time() + max(0.05, timeout_ms / 1000.0 - COMMIT_MARGIN_S)}
-        try:
-            answer = client.request(
-                "rank", {"request": sent, "settings": overrides, "env": client.client_environ()}, timeout_ms=timeout_ms
-            )
-            return answer["result"]
-        except client.RemoteError as exc:
-            err = CairnError(exc.message, exc.hint)
-            err.exit_code = exc.exit_code
-            raise err from None
-        except client.Unavailable as exc:
-            reason = str(exc)
-            if autostart:
-                spawn(config.home_dir())
-                reason += "; daemon autostarted for next time"
-        return _in_process(fields, overrides, fallback=reason)
-    return _in_process(fields, overrides, fallback=None)
+    if mode == "off":
+        return _in_process(fields, overrides, fallback=None)
+    backoff_s = config.get("DAEMON_BACKOFF_S")
+    skipped = client.backoff_reason(backoff_s)
+    if skipped:
+        return _in_process(fields, overrides, fallback=skipped)
+    timeout_ms = config.get("DAEMON_TIMEOUT_MS")
+    # the daemon logs nothing once we may have given up on it: no prompt is logged twice
+    sent = {**fields, "commit_deadline": time.time() + max(0.05, timeout_ms / 1000.0 - COMMIT_MARGIN_S)}
+    try:
+        answer = _ask(
+            "rank", {"request": sent, "settings": overrides, "env": client.client_environ()}, timeout_ms, backoff_s
+        )
+        return answer["result"]
+    except client.RemoteError as exc:
+        err = CairnError(exc.message, exc.hint)
+        err.exit_code = exc.exit_code
+        raise err from None
+    except client.Unavailable as exc:
+        reason = str(exc)
+        if isinstance(exc, client.NoAnswer) and backoff_s > 0:
+            reason += f"; skipping the daemon for {backoff_s:g} s (back-off)"
+        elif isinstance(exc, client.NotRunning) and autostart:
+            reason += "; " + start_for_next_time(config.home_dir(), reason)
+    return _in_process(fields, overrides, fallback=reason)
+
+
+def _ask(op: str, payload: dict, timeout_ms: int, backoff_s: float) -> dict:
+    """client.request, keeping the back-off: no answer in time starts one; any other outcome (an answer, a refusal,
+    no daemon at all) ends it, since there is no hung daemon to spare."""
+    try:
+        answer = client.request(op, payload, timeout_ms=timeout_ms)
+    except client.NoAnswer as exc:
+        if backoff_s > 0:
+            client.start_backoff(str(exc))
+        raise
+    except (client.Unavailable, client.RemoteError):
+        client.clear_backoff()
+        raise
+    client.clear_backoff()
+    return answer
 
 
 def _in_process(fields: dict, overrides: dict, *, fallback: str | None) -> dict:
@@ -83,24 +127,62 @@ def _in_process(fields: dict, overrides: dict, *, fallback: str | None) -> dict:
     return run_rank(RankRequest(**fields), settings, engine).as_dict()
 
 
-def embed_with_model(texts: list[str]) -> tuple[str, list[list[float]]] | None:
+def embed_with_model(texts: list[str], *, timeout_ms: int | None = None) -> tuple[str, list[list[float]]] | None:
     """(model name, unit vectors) for `texts` from the daemon's warm embedder (CAIRN_DAEMON=auto), or from this
     process's model (off). None when the daemon does not answer: callers degrade (semantic engagement skipped, a
     new memory waits for the daemon to embed it) instead of loading torch on a hook's path."""
     if config.get("DAEMON") == "off":
-        from cairn_cli.ml.models import get_encoder
-
-        encoder = get_encoder(config.get("EMBED_MODEL"), config.get("EMBED_DTYPE"))
-        return encoder.name, encoder.encode(texts).tolist() if texts else []
+        name, vectors = _local_embed(texts)
+        return name, vectors.tolist()
+    backoff_s = config.get("DAEMON_BACKOFF_S")
+    if client.backoff_reason(backoff_s):
+        return None
     try:
-        answer = client.request(
+        answer = _ask(
             "embed",
             {"texts": texts, "env": client.client_environ()},
-            timeout_ms=max(2000, config.get("DAEMON_TIMEOUT_MS")),
+            timeout_ms or max(2000, config.get("DAEMON_TIMEOUT_MS")),
+            backoff_s,
         )
     except (client.Unavailable, client.RemoteError):
         return None
     return answer["model"], answer["vectors"]
+
+
+def embed_daemon_first(texts: list[str]):
+    """(model name, vectors) for a bulk embedding (`memory import`): through the warm daemon, EMBED_BATCH texts to a
+    request, when it answers ready; else in this process, as without a daemon (also when it stops answering midway:
+    one model for all the vectors)."""
+    if texts and config.get("DAEMON") == "auto" and _daemon_ready():
+        model, vectors = None, []
+        for i in range(0, len(texts), EMBED_BATCH):
+            got = embed_with_model(texts[i : i + EMBED_BATCH], timeout_ms=EMBED_BATCH_TIMEOUT_MS)
+            if got is None or model not in (None, got[0]):
+                break
+            model = got[0]
+            vectors.extend(got[1])
+        else:
+            return model, vectors
+    return _local_embed(texts)
+
+
+def _daemon_ready() -> bool:
+    backoff_s = config.get("DAEMON_BACKOFF_S")
+    if client.backoff_reason(backoff_s):
+        return False
+    try:
+        health = _ask("health", {}, config.get("DAEMON_TIMEOUT_MS"), backoff_s)
+    except (client.Unavailable, client.RemoteError):
+        return False
+    return health.get("state") == "ready"
+
+
+def _local_embed(texts: list[str]):
+    """(model name, float32 array): the configured model, loaded in this process."""
+    from cairn_cli.ml.models import get_encoder
+
+    encoder = get_encoder(config.get("EMBED_MODEL"), config.get("EMBED_DTYPE"))
+    return encoder.name, encoder.encode(texts)
 
 
 def embed(texts: list[str]) -> list[list[float]] | None:

@@ -296,6 +296,7 @@ def import_jsonl(
     source_ref: str | None = None,
     skip_invalid: bool = False,
     progress: Callable[[int], None] | None = None,
+    embed: Embedder | None = None,
 ) -> ImportReport:
     """Import a JSONL file. Any rejected line aborts the whole import unless skip_invalid (then it is reported)."""
     valid, rejected = parse_jsonl(path, default_source_ref=source_ref)
@@ -306,7 +307,7 @@ def import_jsonl(
             f"{path}: {len(rejected)} invalid line(s), nothing imported — {first}{more}",
             "fix those lines or pass --skip-invalid",
         )
-    results = add_memories([entry for _, entry in valid], settings, progress=progress)
+    results = add_memories([entry for _, entry in valid], settings, progress=progress, embed=embed)
     return ImportReport(
         added=sum(r.action == "added" for r in results),
         merged=sum(r.action == "merged" for r in results),
