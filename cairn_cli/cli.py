@@ -6,7 +6,6 @@ Command modules are light at import (typer + stdlib); everything heavy is import
 from __future__ import annotations
 
 import functools
-import os
 import sys
 from collections.abc import Callable
 from typing import Annotated
@@ -55,11 +54,10 @@ def handle_errors(fn: Callable) -> Callable:
             raise typer.Exit(130) from None
         except (typer.Exit, typer.Abort, SystemExit):
             raise
-        except Exception as exc:
-            if os.environ.get("CAIRN_DEBUG", "").lower() in ("1", "true", "yes"):
-                raise
-            sys.stderr.write(f"error: unexpected {type(exc).__name__}: {exc} (set CAIRN_DEBUG=1 for a traceback)\n")
-            raise typer.Exit(1) from None
+        except Exception as exc:  # the one place that maps the unknown (the lean entry shares it)
+            from cairn_cli.entry import unexpected
+
+            raise typer.Exit(unexpected(exc)) from None
 
     return wrapper
 

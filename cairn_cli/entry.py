@@ -26,10 +26,15 @@ def _rank_parser():
 
 def fast_rank(argv: list[str]) -> int:
     from cairn_cli.errors import CairnError
+    from cairn_cli.hotpath import MAX_TURN
 
     try:
         args, unknown = _rank_parser().parse_known_args(argv)
-        if unknown or (args.k is not None and not 1 <= args.k <= 100) or (args.turn is not None and args.turn < 0):
+        if (
+            unknown
+            or (args.k is not None and not 1 <= args.k <= 100)
+            or (args.turn is not None and not 0 <= args.turn <= MAX_TURN)
+        ):
             return _typer(["rank", *argv])  # let Typer word the usage error
         from cairn_cli.daemon import dispatch
         from cairn_cli.hotpath import emit_rank, rank_fields, read_prompt
@@ -47,6 +52,27 @@ def fast_rank(argv: list[str]) -> int:
     except CairnError as exc:
         sys.stderr.write(f"error: {exc.one_line()}\n")
         return exc.exit_code
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        return 130
+    except Exception as exc:
+        return unexpected(exc)
+
+
+def unexpected(exc: Exception) -> int:
+    """An exception cairn did not expect: one line and exit 1; the traceback only under CAIRN_DEBUG."""
+    from cairn_cli import config
+
+    try:
+        debug = bool(config.get("DEBUG"))
+    except Exception:  # a broken config.toml must not hide the original error
+        debug = False
+    if debug:
+        import traceback
+
+        traceback.print_exception(exc, file=sys.stderr)
+    sys.stderr.write(f"error: unexpected {type(exc).__name__}: {exc} (set CAIRN_DEBUG=1 for a traceback)\n")
+    return 1
 
 
 def _typer(argv: list[str]) -> int:

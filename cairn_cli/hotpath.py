@@ -7,6 +7,31 @@ import sys
 
 from cairn_cli.errors import InvalidInput
 
+MAX_TURN = 2**31 - 1  # a turn number the databases store as a 32-bit integer
+MAX_SESSION_CHARS = 200  # what the session_id columns hold
+
+
+def clean_text(text: str) -> str:
+    """`text` without lone surrogates (a `\\ud800` in a hook's JSON): they cannot be encoded, stored or sent to the
+    daemon, so each becomes U+FFFD instead of losing the whole turn."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+
+
+def session_key(session_id: str) -> str:
+    """The session id as stored: clean text, and at most MAX_SESSION_CHARS (a longer one keeps its start and gets
+    a hash of the whole, so that it stays unique and the Stop finds the turns its prompt logged)."""
+    session_id = clean_text(session_id)
+    if len(session_id) <= MAX_SESSION_CHARS:
+        return session_id
+    import hashlib
+
+    digest = hashlib.sha256(session_id.encode("utf-8")).hexdigest()[:16]
+    return f"{session_id[: MAX_SESSION_CHARS - 17]}~{digest}"
+
 
 def read_text_arg(value: str | None, what: str, hint: str) -> str:
     """The argument, or stdin when it is '-' or absent and stdin is not a terminal. Bytes that are not UTF-8 are
@@ -29,9 +54,9 @@ def read_prompt(value: str | None) -> str:
 
 def rank_fields(prompt, session, scope, transcript, k, layer, turn, log) -> dict:
     return {
-        "prompt": prompt,
-        "session_id": session,
-        "scope": scope,
+        "prompt": clean_text(prompt),
+        "session_id": session_key(session),
+        "scope": None if scope is None else clean_text(scope),
         "transcript": transcript,
         "k": k,
         "layer": layer,

@@ -8,11 +8,14 @@ import typer
 
 from cairn_cli import output
 from cairn_cli.commands._common import DryRun, Json, store
+from cairn_cli.hotpath import MAX_TURN
 
 
 def assign(
     session: Annotated[str, typer.Option(help="The session of the prompt.")] = ...,
-    turn: Annotated[int | None, typer.Option(min=0, help="The turn (default: the session's next).")] = None,
+    turn: Annotated[
+        int | None, typer.Option(min=0, max=MAX_TURN, help="The turn (default: the session's next).")
+    ] = None,
     subagent: Annotated[bool, typer.Option("--subagent", help="A subagent's prompt: no arm.")] = False,
     json: Json = False,
 ) -> None:

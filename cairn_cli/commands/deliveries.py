@@ -8,7 +8,7 @@ import typer
 
 from cairn_cli import output
 from cairn_cli.commands._common import Json, store
-from cairn_cli.hotpath import read_text_arg
+from cairn_cli.hotpath import MAX_TURN, read_text_arg
 
 LOG_DELIVERY_HELP = """Record deliveries made by another ranker (JSON object on stdin or as the argument).
 
@@ -25,7 +25,7 @@ Example: echo '{"session_id":"s1","turn":1,...}' | cairn log-delivery
 def log_delivery(
     payload: Annotated[str | None, typer.Argument(help="The JSON record; '-' or omitted reads stdin.")] = None,
     session: Annotated[str | None, typer.Option(help="With flags instead of JSON: the session id.")] = None,
-    turn: Annotated[int | None, typer.Option(help="With flags: the turn.")] = None,
+    turn: Annotated[int | None, typer.Option(min=0, max=MAX_TURN, help="With flags: the turn.")] = None,
     context: Annotated[str | None, typer.Option(help="With flags: the context window the ranking used.")] = None,
     reranker_model: Annotated[str | None, typer.Option("--reranker-model", help="With flags: the model.")] = None,
     memory: Annotated[
@@ -59,7 +59,7 @@ log_delivery.__doc__ = LOG_DELIVERY_HELP
 
 def list_deliveries(
     session: Annotated[str | None, typer.Option(help="Only this session.")] = None,
-    turn: Annotated[int | None, typer.Option(min=0, help="Only this turn.")] = None,
+    turn: Annotated[int | None, typer.Option(min=0, max=MAX_TURN, help="Only this turn.")] = None,
     limit: Annotated[int, typer.Option(min=1, help="The most recent N.")] = 50,
     json: Json = False,
 ) -> None:

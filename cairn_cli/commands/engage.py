@@ -9,13 +9,14 @@ import typer
 
 from cairn_cli import output
 from cairn_cli.commands._common import Json, ResponseFile, read_response, settings, store
+from cairn_cli.hotpath import MAX_TURN
 
 
 def engage(
     response: Annotated[str | None, typer.Argument(help="The response text; '-' or omitted reads stdin.")] = None,
     session: Annotated[str, typer.Option(help="The session whose deliveries are judged.")] = ...,
     turn: Annotated[
-        int | None, typer.Option(min=0, help="The turn (default: the session's latest delivered turn).")
+        int | None, typer.Option(min=0, max=MAX_TURN, help="The turn (default: the session's latest delivered turn).")
     ] = None,
     file: ResponseFile = None,
     transcript: Annotated[

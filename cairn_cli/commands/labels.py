@@ -8,6 +8,7 @@ import typer
 
 from cairn_cli import output
 from cairn_cli.commands._common import Json, ResponseFile, read_response, store
+from cairn_cli.hotpath import MAX_TURN
 
 
 def grade(
@@ -15,7 +16,9 @@ def grade(
         str | None, typer.Argument(help="The response text holding the [cm] block; '-' or omitted reads stdin.")
     ] = None,
     session: Annotated[str, typer.Option(help="The session whose deliveries are graded.")] = ...,
-    turn: Annotated[int | None, typer.Option(help="The turn (default: the session's latest delivered turn).")] = None,
+    turn: Annotated[
+        int | None, typer.Option(min=0, max=MAX_TURN, help="The turn (default: the session's latest delivered turn).")
+    ] = None,
     file: ResponseFile = None,
     json: Json = False,
 ) -> None:

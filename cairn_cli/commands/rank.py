@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from cairn_cli.commands._common import globals_overrides
-from cairn_cli.hotpath import emit_rank, rank_fields, read_prompt
+from cairn_cli.hotpath import MAX_TURN, emit_rank, rank_fields, read_prompt
 
 
 def rank(
@@ -20,7 +20,9 @@ def rank(
     transcript: Annotated[str | None, typer.Option(help="Claude Code transcript JSONL for earlier turns.")] = None,
     k: Annotated[int | None, typer.Option("-k", min=1, max=100, help="How many memories to inject.")] = None,
     layer: Annotated[str, typer.Option(help="Provenance label of the injection point.")] = "prompt",
-    turn: Annotated[int | None, typer.Option(min=0, help="Turn number (default: the session's next).")] = None,
+    turn: Annotated[
+        int | None, typer.Option(min=0, max=MAX_TURN, help="Turn number (default: the session's next).")
+    ] = None,
     no_log: Annotated[bool, typer.Option("--no-log", help="Do not log deliveries.")] = False,
     json: Annotated[bool, typer.Option("--json", help="Print the ranking with its score components as JSON.")] = False,
     autostart: Annotated[

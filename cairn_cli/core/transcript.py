@@ -144,7 +144,9 @@ def read_transcript(path: str | os.PathLike[str], *, max_bytes: int | None = Non
         if role not in ("user", "assistant"):
             continue  # progress, system, file-history-snapshot, queue-operation, summary, ...
         message = entry.get("message")
-        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(message, dict):
+            message = {}
+        content = message.get("content")
         if not isinstance(content, (str, list)):
             transcript.errors.append(f"line {n + 1}: {role} line without message content")
             continue
@@ -152,7 +154,7 @@ def read_transcript(path: str | os.PathLike[str], *, max_bytes: int | None = Non
             kind, text = _user_kind(entry, content)
             transcript.messages.append(_message(entry, role, text, kind, entry.get("uuid") or f"line-{n}", n))
             continue
-        message_id = message.get("id") or entry.get("uuid") or f"line-{n}"
+        message_id = next((v for v in (message.get("id"), entry.get("uuid")) if isinstance(v, str) and v), f"line-{n}")
         if message_id in replies:
             replies[message_id][1].extend(_texts(content))
             continue

@@ -137,7 +137,7 @@ class Daemon:
             if self.loading_sig != sig:
                 return  # superseded by a newer deployment while loading
             self.engine.reranker = reranker
-            self.engine.notes = notes
+            self.engine.warnings = notes
             self.reranker_sig, self.loading_sig = sig, None
         for note in notes:
             self.log(f"warning: {note}")
@@ -267,7 +267,7 @@ class Daemon:
             "reranker_dtype": getattr(eng.reranker, "dtype", None) if eng else None,
             "reranker_max_length": getattr(eng.reranker, "max_length", None) if eng else None,
             "torch_threads": _torch_threads(),
-            "warnings": list(eng.notes) if eng else [],
+            "warnings": list(eng.warnings) if eng else [],
             "socket": str(socket_path(self.home)),
         }
 

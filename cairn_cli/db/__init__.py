@@ -60,12 +60,37 @@ def _open_one(kind: str, url: str, proxy: peewee.DatabaseProxy, registry, *, cre
             db.connect(reuse_if_open=True)
             migrations.apply_pending(db, registry)
         except peewee.OperationalError as exc:
-            raise ConfigError(
-                f"cannot open the {kind} database at {url}: {exc}", "check the URL and permissions"
-            ) from None
+            db.close()
+            db = _read_only(db, registry) if "readonly" in str(exc) else None
+            if db is None:
+                raise ConfigError(
+                    f"cannot open the {kind} database at {url}: {exc}", "check the URL and permissions"
+                ) from None
         _open[key] = db
     proxy.initialize(db)
     return db
+
+
+def _read_only(db: peewee.Database, registry) -> peewee.Database | None:
+    """A SQLite store this process may read but not write (another account's, a read-only mount): opened
+    read-only so that ranking still works; every write then fails and its caller says so. None when it cannot be
+    read either, or lacks a migration (its tables would not be what cairn expects)."""
+    if not isinstance(db, peewee.SqliteDatabase) or db.database == ":memory:":
+        return None
+    # mode=ro reads a WAL store whose shared-memory file it may use; else immutable: read as it is on disk
+    for flags in ("mode=ro", "mode=ro&immutable=1"):
+        ro = peewee.SqliteDatabase(f"file:{db.database}?{flags}", uri=True, pragmas={"busy_timeout": 5000})
+        try:
+            ro.connect()
+            done = {n for (n,) in ro.execute_sql("SELECT name FROM cairn_migrations").fetchall()}
+        except peewee.DatabaseError:
+            ro.close()
+            continue
+        if all(name in done for name, _ in registry):
+            return ro
+        ro.close()
+        return None
+    return None
 
 
 def open_memory_db(url: str, *, create: bool = True) -> peewee.Database:

@@ -11,6 +11,7 @@ import os
 import re
 
 from cairn_cli.errors import InvalidInput
+from cairn_cli.hotpath import clean_text, session_key
 
 PROMPT_EVENT, STOP_EVENT = "UserPromptSubmit", "Stop"
 _SCOPE_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
@@ -42,7 +43,7 @@ def _str(data: dict, key: str) -> str | None:
     value = data.get(key)
     if value is not None and not isinstance(value, str):
         raise InvalidInput(f"hook payload field {key!r} must be a string", "check the hook's stdin JSON")
-    return value
+    return None if value is None else clean_text(value)
 
 
 def parse_payload(raw: bytes | str, event: str) -> HookPayload:
@@ -52,8 +53,10 @@ def parse_payload(raw: bytes | str, event: str) -> HookPayload:
         raise InvalidInput("the hook's stdin is empty", "Claude Code sends the hook payload as JSON on stdin")
     try:
         data = json.loads(text)
-    except ValueError as exc:
-        raise InvalidInput(f"the hook's stdin is not JSON ({exc})", "Claude Code sends one JSON object") from None
+    except (ValueError, RecursionError) as exc:
+        raise InvalidInput(
+            f"the hook's stdin is not JSON ({str(exc)[:80]})", "Claude Code sends one JSON object"
+        ) from None
     if not isinstance(data, dict):
         raise InvalidInput("the hook's stdin is not a JSON object", "Claude Code sends one JSON object")
     named = data.get("hook_event_name") or data.get("event")
@@ -67,7 +70,7 @@ def parse_payload(raw: bytes | str, event: str) -> HookPayload:
         raise InvalidInput("the hook payload has no session_id", "check the hook's stdin JSON")
     payload = HookPayload(
         event,
-        session.strip(),
+        session_key(session.strip()),
         bool(data.get("stop_hook_active")),
         **{name: _str(data, name) for name in HookPayload.FIELDS},
     )

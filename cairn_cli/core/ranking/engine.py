@@ -71,13 +71,15 @@ class RankEngine:
         *,
         ranker: str = "cairn",
         notes: list[str] | None = None,
+        warnings: list[str] | None = None,
         max_candidates: int | None = None,
     ):
         self.encoder = encoder
         self.reranker = reranker
         self.ranker = ranker
         self.max_candidates = max_candidates
-        self.notes = list(notes or [])
+        self.notes = list(notes or [])  # about how every ranking of this engine is made (the fallback's reason)
+        self.warnings = list(warnings or [])  # about the models (one missing, one that failed to load)
         self._tables: dict[tuple, _Table] = {}
 
     @classmethod
@@ -86,8 +88,8 @@ class RankEngine:
         from cairn_cli.core.ranking.reranking import load_reranker
         from cairn_cli.ml.models import get_encoder
 
-        reranker, notes = load_reranker(settings) if with_reranker else (None, [])
-        return cls(get_encoder(settings.EMBED_MODEL, settings.EMBED_DTYPE), reranker, notes=notes)
+        reranker, warnings = load_reranker(settings) if with_reranker else (None, [])
+        return cls(get_encoder(settings.EMBED_MODEL, settings.EMBED_DTYPE), reranker, warnings=warnings)
 
     @classmethod
     def lexical_fallback(cls, reason: str, max_candidates: int | None = None) -> RankEngine:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from peewee import DatabaseError
+
 from cairn_cli.config import Settings
 from cairn_cli.core.ranking.context import ContextWindow, build_context_window
 from cairn_cli.core.ranking.engine import RankEngine
@@ -63,6 +65,7 @@ class RankResult:
     dropped: dict = field(default_factory=dict)
     delivery_ids: list[int] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # the models' (daemon status shows them too)
     timings_ms: dict = field(default_factory=dict)
     rules: str = ""
     generation_version: str | None = None
@@ -88,6 +91,7 @@ class RankResult:
             "dropped": self.dropped,
             "delivery_ids": self.delivery_ids,
             "notes": self.notes,
+            "warnings": self.warnings,
             "timings_ms": self.timings_ms,
             "block": self.block,
             "rules": self.rules,
@@ -145,7 +149,11 @@ def rank(request: RankRequest, settings: Settings, engine: RankEngine) -> RankRe
             "the caller stopped waiting before the deliveries were logged", "raise CAIRN_DAEMON_TIMEOUT_MS"
         )
     if request.log:
-        log_turn(request, result, scope or GLOBAL_SCOPE, settings)
+        try:
+            log_turn(request, result, scope or GLOBAL_SCOPE, settings)
+        except DatabaseError as exc:  # a read-only or broken delivery log: inject anyway, say what was not logged
+            result.delivery_ids = []
+            result.notes.append(f"not logged (deliveries, hook state): {type(exc).__name__}: {exc}")
     clock.lap("log")
     result.timings_ms = clock.laps
     return result
@@ -173,7 +181,7 @@ def _context(request: RankRequest, settings: Settings, notes: list[str]) -> Cont
 class _Clock:
     """Per-stage wall time, reported with every ranking (where the hot path's milliseconds go)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.last = time.perf_counter()
         self.laps: dict[str, float] = {}
 
@@ -249,6 +257,7 @@ def _compose(
         candidates=total,
         dropped=dropped,
         notes=list(engine.notes) + context.notes + notes,
+        warnings=list(engine.warnings),
         rules=rules_text,
         generation_version=version,
         arm=arm,

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 
 from cairn_cli.clock import utcnow
 from cairn_cli.config import Settings
 from cairn_cli.errors import InvalidInput, NotFound
+from cairn_cli.hotpath import MAX_TURN, session_key
+
+MAX_ROW_ID = 2**63 - 1  # a database row id
 
 
 @dataclass
@@ -174,10 +178,26 @@ def parse_external(payload: object, *, default_layer: str = "external") -> list[
     unknown = set(payload) - allowed
     if unknown:
         raise InvalidInput(f"unknown field(s) {sorted(unknown)}", f"allowed: {sorted(allowed)}")
-    if payload["turn"] < 0 or not payload["session_id"].strip() or not payload["context_window"].strip():
-        raise InvalidInput("session_id and context_window must be non-empty and turn >= 0", "fix the record")
+    if (
+        not 0 <= payload["turn"] <= MAX_TURN
+        or not payload["session_id"].strip()
+        or not payload["context_window"].strip()
+    ):
+        raise InvalidInput(
+            f"session_id and context_window must be non-empty and turn within 0..{MAX_TURN}", "fix the record"
+        )
     if not payload["memories"]:
         raise InvalidInput("memories is empty", "log at least one delivered memory")
+    for name, longest in (
+        ("layer", 100),
+        ("scope", 200),
+        ("ranker", 200),
+        ("context_key", 64),
+        ("reranker_model", 200),
+    ):
+        value = payload.get(name)
+        if value is not None and (not isinstance(value, str) or len(value) > longest):
+            raise InvalidInput(f"{name} must be a string of at most {longest} characters", "fix the record")
     key = payload.get("context_key") or context_key(payload["context_window"])
     rows, seen = [], set()
     for i, mem in enumerate(payload["memories"]):
@@ -196,12 +216,14 @@ def parse_external(payload: object, *, default_layer: str = "external") -> list[
         comps = mem.get("score_components", {})
         if not isinstance(comps, dict):
             raise _type_error(where, "score_components", dict)
+        if not 0 < mem["id"] <= MAX_ROW_ID or not 0 <= mem["rank"] <= MAX_TURN or not math.isfinite(mem["score"]):
+            raise InvalidInput(f"{where} id, rank or score is out of range", 'write {"id": 1, "rank": 1, "score": 0.5}')
         if mem["id"] in seen:
             raise InvalidInput(f"memory {mem['id']} is listed twice", "log each memory once per turn")
         seen.add(mem["id"])
         rows.append(
             DeliveryInput(
-                session_id=payload["session_id"],
+                session_id=session_key(payload["session_id"]),
                 turn=payload["turn"],
                 memory_id=mem["id"],
                 context_window=payload["context_window"],

@@ -276,6 +276,8 @@ def parse_jsonl(
         data = path.read_bytes()
     except OSError as exc:
         raise NotFound(f"cannot read {path}: {exc.strerror}", "check the path") from None
+    if data.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte order mark (Windows editors write one): not content
+        data = data[3:]
     valid, rejected = [], []
     for no, line in enumerate(data.splitlines(), start=1):
         if not line.strip():
