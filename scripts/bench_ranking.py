@@ -106,10 +106,11 @@ def _cairn_table(store: Store) -> tuple[Any, Any]:
     return settings, ScoringTable(cands, settings.KEYWORD_FIELD_WEIGHT)
 
 
-def composite_system(store: Store, query: Query) -> np.ndarray:
-    """cairn's scorer, called as core/ranking/pipeline.py calls it (full ranking: top=None; no score > 0 filter)."""
+def _composite_scored(store: Store, query: Query):
+    """(settings, cairn's scorer over the whole store, called as core/ranking/pipeline.py calls it: full ranking,
+    top=None, no score > 0 filter)."""
     s, table = store.cached("cairn", _cairn_table)
-    scored = table.score(
+    return s, table.score(
         query.text,
         cosine(store, query),
         scope=None,
@@ -117,7 +118,10 @@ def composite_system(store: Store, query: Query) -> np.ndarray:
         half_life_days=s.RECENCY_HALF_LIFE_DAYS,
         now=NOW,
     )
-    return np.array([sc.candidate.id for sc in scored])
+
+
+def composite_system(store: Store, query: Query) -> np.ndarray:
+    return np.array([sc.candidate.id for sc in _composite_scored(store, query)[1]])
 
 
 def reranker_system(model) -> System:
@@ -126,15 +130,7 @@ def reranker_system(model) -> System:
     from cairn_cli.core.ranking.pipeline import rerank_stage
 
     def system(store: Store, query: Query) -> np.ndarray:
-        s, table = store.cached("cairn", _cairn_table)
-        scored = table.score(
-            query.text,
-            cosine(store, query),
-            scope=None,
-            weights=s.weights(),
-            half_life_days=s.RECENCY_HALF_LIFE_DAYS,
-            now=NOW,
-        )
+        s, scored = _composite_scored(store, query)
         head = scored[: s.RERANK_CANDIDATES]
         kept, _ = rerank_stage(head, query.text, model, s.RERANK_BLEND)
         kept_ids = [x.candidate.id for x in kept]
