@@ -54,7 +54,20 @@ _SETTINGS = [
     Setting("CONFIDENCE_PRIOR_NEG", 1.0, float, "Beta prior pseudo-count for contradiction."),
     Setting("INJECTION_MAX_CHARS", 10000, int, "Upper bound of the printed injection block (Claude Code's limit)."),
     Setting("RERANKER_ENABLED", True, bool, "Use a cross-encoder rerank stage when one resolves."),
-    Setting("RERANK_CANDIDATES", 20, int, "How many of the composite's best the cross-encoder rescores."),
+    Setting("RERANK_CANDIDATES", 20, int, "The most candidates the cross-encoder rescores (the plan may take fewer)."),
+    Setting(
+        "RERANK_BUDGET_MS",
+        150.0,
+        float,
+        "p95 bound of the rerank stage: the daemon measures this CPU and plans precision, candidates, max length "
+        "(0: no budget, the stage as configured).",
+    ),
+    Setting(
+        "RERANK_CALIBRATION",
+        "",
+        str,
+        "JSONL of {query, texts} on which a faster precision must order like fp32 (default: the shipped set).",
+    ),
     Setting(
         "RERANK_BLEND",
         0.5,

@@ -492,8 +492,9 @@ def test_the_daemon_picks_up_a_newly_deployed_student_without_a_restart(home):
     from cairn_cli.core.learning import training
     from cairn_cli.ml.training import CrossEncoderModel, bundled_base
 
-    pid = start(home)["pid"]
-    first = rank_json(home, "how are prices stored?", "--scope", "webshop")
+    budget = {"CAIRN_RERANK_BUDGET_MS": "60000"}  # a plan that never skips on a loaded machine: speed is benched
+    pid = start(home, **budget)["pid"]
+    first = rank_json(home, "how are prices stored?", "--scope", "webshop", **budget)
     assert first["reranker_model"] == "none"
     live = home / "training_data" / "reranker-student"
     model = CrossEncoderModel(bundled_base(), max_length=64)
@@ -505,13 +506,23 @@ def test_the_daemon_picks_up_a_newly_deployed_student_without_a_restart(home):
         wanted = f"student:{version.resolve()}"
 
         def swapped(wanted=wanted):  # loaded in the background: every answer meanwhile is the daemon's own
-            result = rank_json(home, "how are prices stored?", "--scope", "webshop")
+            result = rank_json(home, "how are prices stored?", "--scope", "webshop", **budget)
             assert result["ranker"] == "cairn", result["notes"]
             return result if result["reranker_model"] == wanted else None
 
         result = wait_for(swapped, f"the daemon ranking with {wanted}", timeout=180, every=0.5)
-        assert "reranker_score" in result["memories"][0]["components"]
+        components = result["memories"][0]["components"]
+        assert "reranker_score" in components and components["rerank_plan"]["skipped"] is False
         names.append(result["reranker_model"])
+        # the plan the daemon measured on this CPU: throughput per precision and length, fidelity to fp32
+        plan = wait_for(
+            lambda: status(home, CAIRN_DAEMON_TIMEOUT_MS="60000", **budget)[1].get("rerank_plan"),
+            "the daemon's status with its rerank plan",
+            timeout=180,
+            every=0.5,
+        )
+        assert plan["precision"] == components["rerank_plan"]["precision"] and plan["fidelity"]["fp32"]["accepted"]
+        assert all(speed > 0 for by_length in plan["throughput"].values() for speed in by_length.values())
     assert names[0] != names[1]
     assert status(home)[1]["pid"] == pid  # the same daemon process throughout
 

@@ -123,7 +123,7 @@ class FakeReranker:
     def __init__(self, scores):
         self.scores = scores
 
-    def logits(self, query, texts):
+    def logits(self, query, texts, *, prompt=None):
         return [self.scores[t] for t in texts]
 
     def score_from_logits(self, raw):
@@ -163,7 +163,7 @@ def test_rank_with_a_reranker_logs_its_name_and_scores(cli):
     assert cli("memory", "import", EXAMPLES).exit_code == 0
     s = Settings()
     fake = FakeReranker({})
-    fake.logits = lambda q, texts: [10.0 if "staging" in t else -5.0 + len(t) / 100 for t in texts]
+    fake.logits = lambda q, texts, prompt=None: [10.0 if "staging" in t else -5.0 + len(t) / 100 for t in texts]
     engine = RankEngine(get_encoder("hashing"), fake)
     result = rank(RankRequest(prompt="how do we release to production?", session_id="rr", k=3), s, engine)
     assert result.reranker_model == "fake-ce" and result.items[0].id == 13

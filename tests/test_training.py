@@ -310,5 +310,5 @@ def test_a_shallower_student_keeps_the_first_layers_and_loads_in_the_daemons_rer
     from cairn_cli.core.ranking.reranking import load_reranker, resolve
 
     reranker, notes = load_reranker(Settings(), resolve(Settings()))
-    assert notes == [] and len(reranker.model.model.base_model.encoder.layer) == 2
+    assert notes == [] and len(reranker.variant("fp32").base_model.encoder.layer) == 2
     assert len(reranker.logits("postgres port", ["The postgres port needs config", "helm chart"])) == 2

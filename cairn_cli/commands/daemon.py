@@ -23,6 +23,17 @@ def _show(st, json: bool) -> None:
             + (f": {st.detail}" if st.detail else "")
             + (f", torch threads {threads}" if threads else "")
         )
+        plan = st.health.get("rerank_plan")
+        if plan:
+            output.text_out(f"rerank plan: {plan['reason']}")
+            for precision, by_length in sorted(plan.get("throughput", {}).items()):
+                fid = plan.get("fidelity", {}).get(precision, {})
+                speeds = ", ".join(f"{n} tokens {v:g}" for n, v in sorted(by_length.items(), key=lambda x: -int(x[0])))
+                verdict = "accepted" if fid.get("accepted") else "refused"
+                output.text_out(
+                    f"  {precision}: pairs/s {speeds}; vs fp32 top-5 {fid.get('top5')}, "
+                    f"Spearman {fid.get('spearman')} ({verdict})"
+                )
         for w in st.health.get("warnings", []):
             output.message(f"warning: {w}")
 

@@ -117,6 +117,8 @@ class Daemon:
             resolution.floor,
             settings.RERANKER_DTYPE,
             settings.RERANKER_MAX_LENGTH,
+            settings.RERANK_BUDGET_MS,
+            settings.RERANK_CANDIDATES,
         )
         if sig in (self.reranker_sig, self.loading_sig):
             return
@@ -131,7 +133,7 @@ class Daemon:
         from cairn_cli.core.ranking.reranking import load_reranker
         from cairn_cli.ml.device import apply_torch_threads
 
-        reranker, notes = load_reranker(settings, resolution)
+        reranker, notes = load_reranker(settings, resolution, measure=True)
         apply_torch_threads()
         with self.lock if locked else contextlib.nullcontext():  # swapped between requests, never during one
             if self.loading_sig != sig:
@@ -266,6 +268,7 @@ class Daemon:
             "reranker": eng.reranker.name if eng and eng.reranker else "none",
             "reranker_dtype": getattr(eng.reranker, "dtype", None) if eng else None,
             "reranker_max_length": getattr(eng.reranker, "max_length", None) if eng else None,
+            "rerank_plan": getattr(eng.reranker, "plan", None) if eng else None,
             "torch_threads": _torch_threads(),
             "warnings": list(eng.warnings) if eng else [],
             "socket": str(socket_path(self.home)),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from cairn_cli.ml.device import apply_torch_threads, bf16_supported, offline
 
@@ -110,46 +111,231 @@ def resolve_reranker(
     return Resolution(NONE, NONE, None, float("-inf"), "cpu", "identity", warnings)
 
 
-class CrossEncoderReranker:
-    """A loaded cross-encoder: `score(query, texts)` returns each pair's native score (see Resolution)."""
+PRECISIONS = ("fp32", "bf16", "int8")
+_TOKEN_CACHE = 20_000  # memories' token ids kept (a memory is tokenised once)
+_SCORE_CACHE = 50_000  # (window, memory, variant) -> logit kept: a retried or repeated prompt costs nothing
 
-    def __init__(self, resolution: Resolution, *, dtype: str = "auto", max_length: int = 256, batch_size: int = 32):
+
+class _Lru(dict):
+    """A dict that forgets its oldest entries beyond `size` (insertion order; hot keys are re-inserted)."""
+
+    def __init__(self, size: int):
+        super().__init__()
+        self.size = size
+
+    def put(self, key, value) -> None:
+        self.pop(key, None)
+        self[key] = value
+        if len(self) > self.size:
+            del self[next(iter(self))]
+
+
+class CrossEncoderReranker:
+    """A loaded cross-encoder, in every precision this machine can run.
+
+    `logits(query, texts, prompt=, precision=, max_length=)` scores (window, memory) pairs. A pair is bounded at
+    `max_length` tokens: the prompt is kept whole (unless it alone is longer than the bound), then the memory, then
+    the rest of the window from its newest end (the window is the prompt followed by earlier turns newest first, so
+    its oldest end goes first). Memories are tokenised once; scores are cached per (window, memory, variant).
+    Precisions: fp32 (as trained), bf16 weights (only where the CPU really has AVX-512 BF16 / AMX), int8 dynamic
+    quantisation of the Linear layers. `plan` (set by the ranking side) says which precision, how many candidates
+    and which max length the live stage uses.
+    """
+
+    def __init__(self, resolution: Resolution, *, dtype: str = "auto", max_length: int = 128, batch_size: int = 32):
         offline()
         import torch
-        from sentence_transformers import CrossEncoder
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
         hf_logging.set_verbosity_error()
         device = resolution.device if resolution.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-        self.use_bf16 = dtype == "bf16" or (dtype == "auto" and device == "cpu" and bf16_supported())
-        self.model = CrossEncoder(
-            str(resolution.path),
-            device=device,
-            max_length=max_length,
-            activation_fn=torch.nn.Identity(),
-            local_files_only=True,
-        )
-        self.model.model.eval()
+        self.tokenizer = AutoTokenizer.from_pretrained(str(resolution.path), local_files_only=True)
+        model = AutoModelForSequenceClassification.from_pretrained(str(resolution.path), local_files_only=True)
+        model.to(device).eval()
         apply_torch_threads()
-        if self.use_bf16:
-            # bf16 weights, not autocast: autocast re-casts every weight on every call (measured ~18% slower)
-            self.model.model.to(torch.bfloat16)
+        self._torch = torch
+        self._variants: dict[str, Any] = {"fp32": model}
+        self.device = device
         self.name, self.floor, self.role = resolution.name, resolution.floor, resolution.role
+        self.path = resolution.path
         self.activation = resolution.activation
         self.batch_size = batch_size
         self.max_length = max_length
-        self.device = device
-        self.dtype = "bf16" if self.use_bf16 else "fp32"
-        self._torch = torch
+        self.dtype = "bf16" if dtype == "bf16" or (dtype == "auto" and device == "cpu" and bf16_supported()) else "fp32"
+        self.plan: dict | None = None  # {"precision", "candidates", "max_length"}: the budgeted stage
+        self._special = self.tokenizer.num_special_tokens_to_add(pair=True)
+        self._template = self._pair_template()
+        self._tokens = _Lru(_TOKEN_CACHE)
+        self._scores = _Lru(_SCORE_CACHE)
 
-    def logits(self, query: str, texts: list[str]) -> list[float]:
+    # -- precisions -----------------------------------------------------------------------------------------
+    def available(self) -> list[str]:
+        """The precisions this machine can run (bf16 only with the CPU flags for it; int8 on CPU only)."""
+        out = ["fp32"]
+        if self.device == "cuda" or bf16_supported():
+            out.append("bf16")
+        if self.device == "cpu":
+            out.append("int8")
+        return out
+
+    def variant(self, precision: str):
+        """The model in `precision`, made once from the fp32 weights."""
+        if precision not in self._variants:
+            import copy
+
+            fp32 = self._variants["fp32"]
+            if precision == "bf16":
+                self._variants["bf16"] = copy.deepcopy(fp32).to(self._torch.bfloat16).eval()
+            elif precision == "int8":
+                import warnings
+
+                with warnings.catch_warnings():  # torch announces the move of eager quantisation to torchao
+                    warnings.simplefilter("ignore")
+                    self._variants["int8"] = self._torch.ao.quantization.quantize_dynamic(
+                        copy.deepcopy(fp32), {self._torch.nn.Linear}, dtype=self._torch.qint8
+                    ).eval()
+            else:
+                from cairn_cli.errors import ConfigError
+
+                raise ConfigError(f"unknown reranker precision {precision!r}", f"use one of {', '.join(PRECISIONS)}")
+        return self._variants[precision]
+
+    def keep_only(self, precision: str) -> None:
+        """Free the variants the plan does not use (fp32 stays: the others are made from it)."""
+        for name in list(self._variants):
+            if name not in ("fp32", precision):
+                del self._variants[name]
+
+    # -- scoring --------------------------------------------------------------------------------------------
+    def _pair_template(self) -> tuple[list[int], list[int], list[int], int]:
+        """(prefix, middle, suffix, second segment's token type) of this tokenizer's pair layout, read off a
+        tokenised pair (e.g. BERT: [CLS] a [SEP] b [SEP], types 0/1; XLM-R: <s> a </s></s> b </s>, no types)."""
+        a = self.tokenizer("a", add_special_tokens=False)["input_ids"]
+        b = self.tokenizer("b", add_special_tokens=False)["input_ids"]
+        enc = self.tokenizer("a", "b")
+        ids = enc["input_ids"]
+        i = next(i for i in range(len(ids)) if ids[i : i + len(a)] == a)
+        j = next(j for j in range(i + len(a), len(ids)) if ids[j : j + len(b)] == b)
+        types = enc.get("token_type_ids") or [0] * len(ids)
+        return ids[:i], ids[i + len(a) : j], ids[j + len(b) :], types[j]
+
+    def _pair(self, first: list[int], second: list[int]) -> tuple[list[int], list[int]]:
+        prefix, middle, suffix, second_type = self._template
+        ids = prefix + first + middle + second + suffix
+        cut = len(prefix) + len(first) + len(middle)
+        return ids, [0] * cut + [second_type] * (len(ids) - cut)
+
+    def _ids(self, text: str) -> list[int]:
+        ids = self._tokens.get(text)
+        if ids is None:
+            ids = self.tokenizer(text, add_special_tokens=False, truncation=False)["input_ids"]
+            self._tokens.put(text, ids)
+        return ids
+
+    def pair_ids(self, query: str, text: str, max_length: int, prompt: str | None = None) -> tuple[list[int], list]:
+        """(input ids, token type ids) of one pair bounded at max_length: prompt, then memory, then history."""
+        budget = max(2, max_length - self._special)
+        if prompt and query.startswith(prompt):
+            head, rest = self.tokenizer(prompt, add_special_tokens=False)["input_ids"], query[len(prompt) :]
+            history = self.tokenizer(rest, add_special_tokens=False)["input_ids"] if rest.strip() else []
+        else:
+            head, history = self.tokenizer(query, add_special_tokens=False)["input_ids"], []
+        memory = self._ids(text)
+        min_memory = min(len(memory), max(1, budget // 4))
+        head = head[: budget - min_memory]
+        memory = memory[: budget - len(head)]
+        window = head + history[: budget - len(head) - len(memory)]
+        return self._pair(window, memory)
+
+    def _forward(self, model, pairs: list[tuple[list[int], list]]) -> list[float]:
+        torch = self._torch
+        out: list[float] = []
+        pad = self.tokenizer.pad_token_id or 0
+        for start in range(0, len(pairs), self.batch_size):
+            batch = pairs[start : start + self.batch_size]
+            width = max(len(ids) for ids, _ in batch)
+            ids = torch.full((len(batch), width), pad, dtype=torch.long)
+            types = torch.zeros((len(batch), width), dtype=torch.long)
+            mask = torch.zeros((len(batch), width), dtype=torch.long)
+            for row, (i, t) in enumerate(batch):
+                ids[row, : len(i)] = torch.tensor(i)
+                types[row, : len(t)] = torch.tensor(t)
+                mask[row, : len(i)] = 1
+            inputs = {"input_ids": ids, "attention_mask": mask}
+            if "token_type_ids" in self.tokenizer.model_input_names:
+                inputs["token_type_ids"] = types
+            with torch.inference_mode():
+                logits = model(**{k: v.to(self.device) for k, v in inputs.items()}).logits
+            out.extend(float(x) for x in logits.float().reshape(-1).tolist())
+        return out
+
+    def logits(
+        self,
+        query: str,
+        texts: list[str],
+        *,
+        prompt: str | None = None,
+        precision: str | None = None,
+        max_length: int | None = None,
+        cache: bool = True,
+    ) -> list[float]:
+        """Raw logits of (query, text) pairs in `precision` (default: the plan's, else the configured dtype) at
+        `max_length` tokens (default: the plan's, else the configured bound)."""
         if not texts:
             return []
-        pairs = [(query, t) for t in texts]
-        with self._torch.inference_mode():
-            out = self.model.predict(pairs, batch_size=self.batch_size, show_progress_bar=False, convert_to_numpy=True)
-        return [float(x) for x in out.reshape(-1)]
+        plan = self.plan or {}
+        precision = precision or plan.get("precision") or self.dtype
+        max_length = max_length or plan.get("max_length") or self.max_length
+        import hashlib
+
+        qkey = hashlib.blake2b(f"{prompt}\x00{query}".encode("utf-8", "replace"), digest_size=12).digest()
+        keys = [(qkey, t, precision, max_length) for t in texts]
+        out: list[float | None] = [self._scores.get(k) if cache else None for k in keys]
+        todo = [i for i, v in enumerate(out) if v is None]
+        if todo:
+            pairs = [self.pair_ids(query, texts[i], max_length, prompt) for i in todo]
+            for i, score in zip(todo, self._forward(self.variant(precision), pairs)):
+                out[i] = score
+                if cache:
+                    self._scores.put(keys[i], score)
+        return [float(v) for v in out if v is not None]
+
+    def time_call(self, precision: str, max_length: int, n: int, repeats: int = 3) -> float:
+        """Median seconds of one stage call: `n` pairs of `max_length` tokens in `precision`, caches bypassed."""
+        import statistics
+        import time
+
+        filler = self.tokenizer("the tests fail when the database is not started", add_special_tokens=False)
+        word = filler["input_ids"] or [self.tokenizer.unk_token_id or 100]
+        body = (word * (max_length // max(1, len(word)) + 2))[: max(1, max_length - self._special - 24)]
+        memory = (word * 4)[:24]
+        pairs = [self._pair(body, memory) for _ in range(n)]
+        model = self.variant(precision)
+        self._forward(model, pairs)  # warm
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            self._forward(model, pairs)
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times)
+
+    def checksum(self) -> str:
+        """The weights' identity (size and content hash of the weights file), for caching measurements."""
+        import hashlib
+
+        if self.path is None:
+            return "none"
+        for name in _WEIGHT_FILES:
+            f = Path(self.path) / name
+            if f.is_file():
+                h = hashlib.sha256()
+                with f.open("rb") as fh:
+                    for chunk in iter(lambda: fh.read(1 << 20), b""):
+                        h.update(chunk)
+                return h.hexdigest()[:16]
+        return "none"
 
     def score_from_logits(self, raw: list[float]) -> list[float]:
         """The native score the floor applies to."""

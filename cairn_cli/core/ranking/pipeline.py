@@ -25,11 +25,13 @@ NO_RERANKER = "none"
 
 @dataclass
 class Selection:
-    """What the pipeline chose, best first, and how many it dropped at each stage."""
+    """What the pipeline chose, best first, how many it dropped at each stage, and which reranker ordered it."""
 
     chosen: list[Scored]
     dropped: dict = field(default_factory=dict)
     reranked: bool = False
+    reranker_model: str = NO_RERANKER
+    notes: list[str] = field(default_factory=list)
 
 
 def select(
@@ -42,10 +44,20 @@ def select(
     settings: Settings,
     reranker: Reranker | None,
     ranker: str,
+    prompt: str | None = None,
 ) -> Selection:
     """The best `k` memories of `table` in `scope` for `query` (`similarities`: the query's cosine per slot, or
-    None without an embedding model)."""
-    pool = max(k, settings.RERANK_CANDIDATES) if reranker else k
+    None without an embedding model; `prompt`: the part of the query a pair never loses to its token bound).
+
+    A reranker with a plan (core/ranking/plan.py) rescores as many candidates as the plan's budget allows, in its
+    precision and max length, and every delivery records that plan; a plan that found no room skips the stage."""
+    plan = getattr(reranker, "plan", None) if reranker is not None else None
+    notes = []
+    if plan and plan.get("skipped"):
+        notes.append(plan.get("reason", "rerank skipped: no plan fits the budget"))
+        reranker = None
+    candidates = int(plan["candidates"]) if plan and not plan.get("skipped") else settings.RERANK_CANDIDATES
+    pool = max(k, candidates) if reranker else k
     scored = table.score(
         query,
         similarities,
@@ -59,12 +71,15 @@ def select(
     for s in positive:
         s.components["reranker"] = reranker.name if reranker else NO_RERANKER
         s.components["ranker"] = ranker
+        if plan:
+            s.components["rerank_plan"] = {key: plan.get(key) for key in PLAN_FIELDS}
     if reranker is None:
-        return Selection(positive[:k], dropped)
-    kept, dropped["floor"] = rerank_stage(
-        positive[: settings.RERANK_CANDIDATES], query, reranker, settings.RERANK_BLEND
-    )
-    return Selection(kept[:k], dropped, reranked=True)
+        return Selection(positive[:k], dropped, notes=notes)
+    kept, dropped["floor"] = rerank_stage(positive[:candidates], query, reranker, settings.RERANK_BLEND, prompt=prompt)
+    return Selection(kept[:k], dropped, reranked=True, reranker_model=reranker.name, notes=notes)
+
+
+PLAN_FIELDS = ("precision", "candidates", "max_length", "budget_ms", "skipped")
 
 
 def _minmax(values: list[float]) -> list[float]:
@@ -72,11 +87,14 @@ def _minmax(values: list[float]) -> list[float]:
     return [1.0] * len(values) if hi - lo < 1e-12 else [(v - lo) / (hi - lo) for v in values]
 
 
-def rerank_stage(scored: list[Scored], query: str, reranker: Reranker, blend: float) -> tuple[list[Scored], int]:
+def rerank_stage(
+    scored: list[Scored], query: str, reranker: Reranker, blend: float, *, prompt: str | None = None
+) -> tuple[list[Scored], int]:
     """Cross-encoder scores, the floor, the normalised blend. Returns the survivors best first and the drop count."""
     if not scored:
         return [], 0
-    raw = reranker.logits(query, [s.candidate.content for s in scored])
+    texts = [s.candidate.content for s in scored]
+    raw = reranker.logits(query, texts, prompt=prompt)
     native = reranker.score_from_logits(raw)
     for s, r, n in zip(scored, raw, native):
         s.components.update(

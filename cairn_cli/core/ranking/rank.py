@@ -16,8 +16,8 @@ from cairn_cli.config import Settings
 from cairn_cli.core.ranking.context import ContextWindow, build_context_window
 from cairn_cli.core.ranking.engine import RankEngine
 from cairn_cli.core.ranking.injection import format_block
-from cairn_cli.core.ranking.pipeline import NO_RERANKER, select
-from cairn_cli.core.ranking.scoring import GLOBAL_SCOPE, Scored
+from cairn_cli.core.ranking.pipeline import Selection, select
+from cairn_cli.core.ranking.scoring import GLOBAL_SCOPE
 from cairn_cli.core.store import deliveries
 from cairn_cli.errors import DeadlineExceeded, InvalidInput, NotFound
 
@@ -137,13 +137,13 @@ def rank(request: RankRequest, settings: Settings, engine: RankEngine) -> RankRe
         settings=settings,
         reranker=engine.reranker,
         ranker=engine.ranker,
+        prompt=context.prompt,
     )
     clock.lap("rerank" if selection.reranked else "score")
+    notes.extend(selection.notes)
     dropped = {"prefilter": entry.prefiltered(scope), **selection.dropped}
     in_scope = int(entry.table.in_scope(scope).sum()) if len(entry.table) else 0
-    result = _compose(
-        request, settings, context, selection.chosen, dropped, in_scope + dropped["prefilter"], engine, notes
-    )
+    result = _compose(request, settings, context, selection, dropped, in_scope + dropped["prefilter"], engine, notes)
     if request.commit_deadline is not None and time.time() > request.commit_deadline:
         raise DeadlineExceeded(
             "the caller stopped waiting before the deliveries were logged", "raise CAIRN_DAEMON_TIMEOUT_MS"
@@ -195,7 +195,7 @@ def _compose(
     request: RankRequest,
     settings: Settings,
     context: ContextWindow,
-    chosen: list[Scored],
+    selection: Selection,
     dropped: dict,
     total: int,
     engine: RankEngine,
@@ -224,7 +224,7 @@ def _compose(
             rules_text = generation_rules.render(live, request.scope or GLOBAL_SCOPE)
     embed_model = engine.encoder.name if engine.encoder else None
     items = []
-    for position, s in enumerate(chosen, start=1):
+    for position, s in enumerate(selection.chosen, start=1):
         c = s.candidate
         s.components["embed_model"] = embed_model
         s.components["weights"] = settings.weights()
@@ -251,7 +251,7 @@ def _compose(
         context=context,
         items=items[: block.count("<memory ")],
         block=block,
-        reranker_model=engine.reranker.name if engine.reranker else NO_RERANKER,
+        reranker_model=selection.reranker_model,
         ranker=engine.ranker,
         embed_model=embed_model,
         candidates=total,

@@ -47,8 +47,12 @@ def resolve(settings: Settings, facts=None, probe=None):
     return resolution
 
 
-def load_reranker(settings: Settings, resolution=None):
-    """(a loaded reranker or None, notes). A model that fails to load falls back to none with a note."""
+def load_reranker(settings: Settings, resolution=None, *, measure: bool = False):
+    """(a loaded reranker or None, notes). A model that fails to load falls back to none with a note.
+
+    With a budget (CAIRN_RERANK_BUDGET_MS > 0) the reranker gets its plan (core/ranking/plan.py): the one measured
+    on this machine before (machine state), or, with `measure` (the daemon), measured now. Without either it runs
+    as configured and says so."""
     from cairn_cli.ml.reranker import NONE, CrossEncoderReranker
 
     resolution = resolution or resolve(settings)
@@ -56,9 +60,20 @@ def load_reranker(settings: Settings, resolution=None):
     if resolution.role == NONE:
         return None, notes
     try:
-        return CrossEncoderReranker(
+        reranker = CrossEncoderReranker(
             resolution, dtype=settings.RERANKER_DTYPE, max_length=settings.RERANKER_MAX_LENGTH
-        ), notes
+        )
     except Exception as exc:
         notes.append(f"{resolution.name} failed to load ({type(exc).__name__}: {exc}); composite only")
         return None, notes
+    if settings.RERANK_BUDGET_MS > 0:
+        from cairn_cli.core.ranking.plan import plan_for
+
+        plan = plan_for(reranker, settings, measure=measure)  # None: not measured here yet, run as configured
+        if plan is not None:
+            reranker.plan = plan.as_dict()
+            if plan.precision:
+                reranker.keep_only(plan.precision)
+            if plan.skipped:
+                notes.append(plan.reason)
+    return reranker, notes
