@@ -107,6 +107,7 @@ COMMANDS: list[tuple[typer.Typer, str, Callable]] = [
     (stats_app, "deliveries", stats.deliveries),
     (stats_app, "labels", stats.labels),
     (stats_app, "floors", stats.floors),
+    (stats_app, "prompts", stats.prompts),
 ]
 for _parent, _name, _fn in COMMANDS:
     _parent.command(_name)(handle_errors(_fn))

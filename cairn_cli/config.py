@@ -47,7 +47,19 @@ _SETTINGS = [
     Setting("KEYWORD_FIELD_WEIGHT", 2, int, "How many times a memory's explicit keywords count in its lexical field."),
     Setting("RELEVANCE_PREFILTER_ENABLED", True, bool, "Drop self-referential meta memories (kind correction exempt)."),
     Setting("RANK_K", 5, int, "How many memories `cairn rank` injects."),
-    Setting("RANK_MIN_SCORE", 0.0, float, "Composite score under which a memory is never injected."),
+    Setting(
+        "RANK_PROFILE",
+        "default",
+        str,
+        "default (the seed's weights) or dialog (opt-in, for stores of conversation turns: keywords 0.30, neighbours).",
+    ),
+    Setting(
+        "COMPOSITE_FLOOR",
+        "auto",
+        str,
+        "Composite score under which no memory is injected (the prompt abstains): auto = calibrated, else shipped; "
+        "a number; off.",
+    ),
     Setting("CONTEXT_MAX_TURNS", 3, int, "Earlier transcript turns added to the context window."),
     Setting("CONTEXT_MAX_CHARS", 2000, int, "Character bound of the cleaned context window."),
     Setting("CONFIDENCE_PRIOR_POS", 3.0, float, "Beta prior pseudo-count for corroboration (new memory: 0.75)."),

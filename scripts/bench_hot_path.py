@@ -202,15 +202,33 @@ def check_path(home: Path, env: dict, expect_ranker: str, expect_reranker: str) 
         raise SystemExit(f"unexpected path: {res['ranker']} / {res['reranker_model']} ({res['notes']})")
 
 
-def wait_for_reranker(home: Path, env: dict, length: int, timeout_s: float = 300) -> None:
-    """The daemon loads a changed reranker in the background: rank until it serves the student at `length`."""
+def wait_for_plan(home: Path, env: dict, budget: float, timeout_s: float = 900) -> dict:
+    """The daemon measures and plans a changed reranker in the background: rank until it serves the student with
+    a plan for `budget`; returns that plan."""
     deadline = time.time() + timeout_s
     while time.time() < deadline:
         check_path(home, env, "cairn", None)
-        if daemon(home, env, "status").get("reranker_max_length") == length:
-            return
+        plan = daemon(home, env, "status").get("rerank_plan") or {}
+        if plan.get("budget_ms") == budget:
+            return plan
         time.sleep(0.5)
-    raise SystemExit(f"the daemon did not load the student at max_length {length}")
+    raise SystemExit(f"the daemon did not plan the student for a {budget} ms budget")
+
+
+def stage_times(env: dict, runs: int) -> tuple[list[float], list[float], dict]:
+    """(whole-process ms, the rerank stage's ms as the daemon timed it, one result's plan) of `cairn rank`."""
+    whole, stage, plan = [], [], {}
+    for i in range(runs):
+        args = [a.replace("{prompt}", PROMPTS[i % len(PROMPTS)]) for a in rank_cmd()] + ["--json"]
+        t0 = time.perf_counter()
+        proc = subprocess.run(args, env=env, capture_output=True, text=True)
+        whole.append((time.perf_counter() - t0) * 1000)
+        res = json.loads(proc.stdout)
+        if "rerank" in res["timings_ms"]:
+            stage.append(res["timings_ms"]["rerank"])
+        if res["memories"]:
+            plan = res["memories"][0]["components"].get("rerank_plan") or plan
+    return whole, stage, plan
 
 
 def stats(ms: list[float], bare: float) -> dict:
@@ -229,18 +247,27 @@ def daemon(home: Path, env: dict, action: str) -> dict:
     return json.loads(proc.stdout) if proc.stdout.strip() else {}
 
 
+PLANS = {  # name -> (environment, what the row is)
+    "plan": ({"CAIRN_RERANK_BUDGET_MS": "150"}, "budgeted plan (CAIRN_RERANK_BUDGET_MS=150)"),
+    "fp32_20@128": (
+        {"CAIRN_RERANK_BUDGET_MS": "0", "CAIRN_RERANKER_DTYPE": "fp32", "CAIRN_RERANKER_MAX_LENGTH": "128"},
+        "unbudgeted: fp32, top 20, 128 tokens",
+    ),
+}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="1000,10000,100000")
     ap.add_argument("--runs", type=int, default=30)
-    ap.add_argument("--lengths", default="128,96", help="cross-encoder pair bounds to time (CAIRN_RERANKER_MAX_LENGTH)")
     ap.add_argument("--student-layers", type=int, default=None, help="a shallower student (default: all 6 layers)")
     ap.add_argument("--name", default="hot_path", help="results file name in --out")
     ap.add_argument("--out", default=str(ROOT / "bench"))
     args = ap.parse_args()
+    from cairn_cli.ml.device import simd_summary
+
     sizes = [int(s) for s in args.sizes.split(",")]
-    lengths = [int(x) for x in args.lengths.split(",")]
-    results: dict = {"bare_python": None, "sizes": {}}
+    results: dict = {"bare_python": None, "sizes": {}, "cpu_flags": simd_summary(), "cores": os.cpu_count()}
     bare = timed([sys.executable, "-c", "pass"], dict(os.environ), args.runs)
     results["bare_python"] = stats(bare, statistics.median(bare))
     bare_p50 = statistics.median(bare)
@@ -258,21 +285,28 @@ def main() -> int:
             check_path(home, env_c, "cairn", "none")
             timed(rank_cmd(), env_c, 3)  # warm the scoring table
             row["daemon_composite"] = stats(timed(rank_cmd(), env_c, args.runs), bare_p50)
-            # composite + cross-encoder rerank of the top 20 (the student; same daemon, reranker on), at each
-            # pair length; then what Claude Code runs: the hook (rules, A/B draw, hook_state) on the same daemon
-            for length in lengths:
-                env_r = env_for(home, CAIRN_RERANKER_MAX_LENGTH=str(length))
-                wait_for_reranker(home, env_r, length)
-                timed(rank_cmd(), env_r, 3)
-                row[f"daemon_rerank20@{length}"] = stats(timed(rank_cmd(), env_r, args.runs), bare_p50)
+            # composite + the student's rerank stage (same daemon, reranker on): the budgeted plan, then the
+            # unbudgeted stage; and what Claude Code runs, the hook (rules, A/B draw, hook_state), on each
+            for name, (extra, _) in PLANS.items():
+                env_r = env_for(home, **extra)
+                plan = wait_for_plan(home, env_r, float(extra["CAIRN_RERANK_BUDGET_MS"]))
+                stage_times(env_r, 3)
+                whole, stage, used = stage_times(env_r, args.runs)
+                row[f"daemon_rerank_{name}"] = {**stats(whole, bare_p50), "plan": used}
+                row[f"stage_{name}"] = {
+                    "p50_ms": round(statistics.median(stage), 1),
+                    "p95_ms": round(metrics.percentile(stage, 95), 1),
+                    "n": len(stage),
+                }
                 env_h = {**env_r, "CAIRN_HOOK_SCOPE": "bench"}
                 timed([CAIRN, "hook", "prompt"], env_h, 2, hook=True)
-                row[f"hook_prompt_rerank20@{length}"] = stats(
+                row[f"hook_prompt_{name}"] = stats(
                     timed([CAIRN, "hook", "prompt"], env_h, args.runs, hook=True), bare_p50
                 )
+                if name == "plan":
+                    row["plan_measured"] = {k: plan.get(k) for k in ("reason", "throughput", "fidelity")}
             health = daemon(home, env_r, "status")
             row["daemon_rss_mb"] = health.get("rss_mb")
-            row["reranker_dtype"] = health.get("reranker_dtype")
             daemon(home, env_r, "stop")
             # daemon down: the in-process lexical fallback
             check_path(home, env_c, "cairn-fallback", "none")
@@ -281,7 +315,7 @@ def main() -> int:
             print(f"[{n}] {row}", file=sys.stderr)
     first = results["sizes"][sizes[0]]
     for n in sizes:
-        for key in [k for k in first if isinstance(first[k], dict) and k != "fallback"]:
+        for key in [k for k in first if isinstance(first[k], dict) and "p50_ms" in first[k] and k != "fallback"]:
             results["sizes"][n][key]["x_smallest"] = round(results["sizes"][n][key]["p50_ms"] / first[key]["p50_ms"], 2)
     write(results, Path(args.out), args, sizes)
     return 0
@@ -294,33 +328,58 @@ def write(results: dict, out: Path, args, sizes: list[int]) -> None:
     lines = [
         "# Hot path: `cairn rank` and `cairn hook prompt` as new processes",
         "",
-        f"- date: {dt.datetime.now().isoformat(timespec='seconds')}; machine: {os.cpu_count()} cores, no GPU",
-        f"- command: `python scripts/bench_hot_path.py --sizes {args.sizes} --runs {args.runs} --lengths "
-        f"{args.lengths}" + (f" --student-layers {args.student_layers}" if args.student_layers else "") + "`",
+        f"- date: {dt.datetime.now().isoformat(timespec='seconds')}; machine: {results['cores']} cores, no GPU; "
+        f"CPU flags: {results['cpu_flags']}",
+        f"- command: `python scripts/bench_hot_path.py --sizes {args.sizes} --runs {args.runs}`"
+        + (f" --student-layers {args.student_layers}" if args.student_layers else ""),
         f"- student: the bundled MiniLM + a fresh head, {args.student_layers or 6} transformer layers",
         f"- context: prompt + the last turns of a real transcript ({TRANSCRIPT.name}), k=5, deliveries logged; "
         "the hook rows also draw the A/B arm, print the rules and record hook_state",
         f"- bare `python -c pass`: p50 {b['p50_ms']} ms, p95 {b['p95_ms']} ms",
         "",
-        "| memories | path | p50 ms | p95 ms | × bare python | × the 1k figure |",
+        "| memories | path | p50 ms | p95 ms | × bare python | × the smallest store |",
         "|---:|---|---:|---:|---:|---:|",
     ]
     for n in sizes:
         row = results["sizes"][n]
         labels = [("daemon_composite", "daemon, composite only")]
-        for length in [int(x) for x in args.lengths.split(",")]:
+        for name, (_, what) in PLANS.items():
+            used = row[f"daemon_rerank_{name}"].get("plan") or {}
+            shape = f"{used.get('precision')}, {used.get('candidates')} candidates, {used.get('max_length')} tokens"
             labels += [
-                (
-                    f"daemon_rerank20@{length}",
-                    f"daemon, + cross-encoder top 20 ({row['reranker_dtype']}, {length} tokens)",
-                ),
-                (f"hook_prompt_rerank20@{length}", f"`cairn hook prompt`, same daemon ({length} tokens)"),
+                (f"daemon_rerank_{name}", f"daemon + rerank, {what} [{shape}]"),
+                (f"hook_prompt_{name}", f"`cairn hook prompt`, {what}"),
             ]
         for key, label in labels + [("fallback", "daemon down: lexical fallback")]:
             r = row[key]
             lines.append(
                 f"| {n:,} | {label} | {r['p50_ms']} | {r['p95_ms']} | {r['x_bare']} | {r.get('x_smallest', '')} |"
             )
+    lines += [
+        "",
+        "The rerank stage alone, as the daemon timed it (`timings_ms.rerank`):",
+        "",
+        "| memories | stage | p50 ms | p95 ms |",
+        "|---:|---|---:|---:|",
+    ]
+    for n in sizes:
+        for name, (_, what) in PLANS.items():
+            s = results["sizes"][n][f"stage_{name}"]
+            lines.append(f"| {n:,} | {what} | {s['p50_ms']} | {s['p95_ms']} |")
+    plan = results["sizes"][sizes[0]].get("plan_measured") or {}
+    lines += [
+        "",
+        f"The plan the daemon measured on this CPU: {plan.get('reason')}",
+        "",
+        "| precision | pairs/s @128 | @96 | @64 | top-5 overlap vs fp32 | Spearman | accepted |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for precision, speed in (plan.get("throughput") or {}).items():
+        fid = (plan.get("fidelity") or {}).get(precision, {})
+        lines.append(
+            f"| {precision} | {speed.get('128')} | {speed.get('96')} | {speed.get('64')} | {fid.get('top5')} | "
+            f"{fid.get('spearman')} | {fid.get('accepted')} |"
+        )
     lines += ["", "| memories | daemon resident memory (MB) |", "|---:|---:|"]
     lines += [f"| {n:,} | {results['sizes'][n]['daemon_rss_mb']} |" for n in sizes]
     (out / f"{args.name}.md").write_text("\n".join(lines) + "\n")

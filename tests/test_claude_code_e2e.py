@@ -55,6 +55,8 @@ def _answered_turns(path: Path):
 @pytest.fixture
 def replay_env(real_model, monkeypatch):
     monkeypatch.setenv("CAIRN_RANK_K", "10")
+    # this replays the label loop; abstention has its own tests (tests/test_abstention.py)
+    monkeypatch.setenv("CAIRN_COMPOSITE_FLOOR", "off")
 
 
 @pytest.mark.parametrize("name", TRANSCRIPTS, ids=lambda n: Path(n).stem[:12])

@@ -25,7 +25,11 @@ def calibrate_floor(
         ),
     ] = Target.reranker,
     model: Annotated[
-        str | None, typer.Option(help="The reranker_model of the graded deliveries (default: the live reranker).")
+        str | None,
+        typer.Option(
+            help="The reranker_model of the graded deliveries (default: the live reranker), or `composite`: the "
+            "composite floor under which a prompt abstains (the ranking profile and embedding model in force)."
+        ),
     ] = None,
     keep: Annotated[
         float, typer.Option(min=0.5, max=1.0, help="Share of grade-3 memories the floor must keep.")

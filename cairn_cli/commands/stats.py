@@ -102,6 +102,36 @@ def labels(
         output.table(rows, list(rows[0]), title=f"labels per {bucket.value}")
 
 
+def prompts(
+    since: Since = None,
+    session: Session = None,
+    bucket: Annotated[Bucket, typer.Option(help="Period of each row.")] = Bucket.day,
+    json: Json = False,
+) -> None:
+    """Prompts ranked per period, how many got memories and how many abstained (nothing reached the floor).
+
+    Example: cairn stats prompts --bucket week
+    """
+    from cairn_cli.core import stats
+
+    rows = stats.prompt_stats(
+        store(read_only=True), since=stats.parse_since(since), session=session, bucket=bucket.value
+    )
+    if json:
+        output.json_out(rows)
+    elif not rows:
+        output.message("no ranked prompts match")
+    else:
+        output.table(
+            [
+                {**r, "abstention_rate": f"{r['abstention_rate']:.1%} [{r['ci_low']:.1%}, {r['ci_high']:.1%}]"}
+                for r in rows
+            ],
+            ["period", "prompts", "injected", "abstained", "abstention_rate"],
+            title=f"prompts per {bucket.value}",
+        )
+
+
 def floors(
     since: Since = None,
     session: Session = None,

@@ -258,6 +258,49 @@ def label_volume(
     return [{"period": p, **{s: counts[p].get(s, 0) for s in ordered}} for p in sorted(counts)]
 
 
+# -- prompts and abstentions ---------------------------------------------------------------------------------------
+
+
+def prompt_stats(
+    settings: Settings, *, since: dt.datetime | None = None, session: str | None = None, bucket: str = "day"
+) -> list[dict]:
+    """Per period: the prompts cairn ranked (each turn's hook_state), how many got memories, how many abstained
+    (nothing reached the composite floor, or nothing in scope), and the abstention rate with its Wilson interval."""
+    from cairn_cli.db.tables import HookState
+
+    if bucket not in BUCKETS:
+        raise InvalidInput(f"unknown bucket {bucket!r}", f"pass one of {', '.join(BUCKETS)}")
+    query = HookState.select(HookState.created_at, HookState.data, HookState.is_subagent)
+    if since is not None:
+        query = query.where(HookState.created_at >= since)
+    if session:
+        query = query.where(HookState.session_id == session)
+    counts: dict[str, list[int]] = {}
+    for row in query:
+        data = row.data or {}
+        if "delivered" not in data:  # a turn recorded by something else than a ranking (ab assign)
+            continue
+        cell = counts.setdefault(_period(row.created_at, bucket), [0, 0])
+        cell[0] += 1
+        cell[1] += bool(data.get("abstained"))
+    out = []
+    for period in sorted(counts):
+        n, abstained = counts[period]
+        low, high = wilson(abstained, n)
+        out.append(
+            {
+                "period": period,
+                "prompts": n,
+                "injected": n - abstained,
+                "abstained": abstained,
+                "abstention_rate": round(abstained / n, 4),
+                "ci_low": low,
+                "ci_high": high,
+            }
+        )
+    return out
+
+
 # -- floors -------------------------------------------------------------------------------------------------------
 
 

@@ -20,6 +20,7 @@ from cairn_cli.errors import InvalidInput, NotFound
 
 GRADES = (0, 1, 2, 3)
 RERANKER, ENGAGEMENT = "reranker", "engagement"
+COMPOSITE = "composite"  # --model composite: the composite floor of the profile and embedding model in force
 APPLIED_BY = "cairn calibrate-floor"
 
 
@@ -108,6 +109,27 @@ def _reranker_scores(model: str) -> dict[int, list[float]]:
     return out
 
 
+def _composite_scores(profile: str, embed_model: str) -> dict[int, list[float]]:
+    """Per grade, the relevance part of the composite of the graded deliveries this profile and model ranked."""
+    from cairn_cli.db.tables import MemoryDelivery
+
+    out: dict[int, list[float]] = {g: [] for g in GRADES}
+    rows = MemoryDelivery.select(MemoryDelivery.grade, MemoryDelivery.score_components).where(
+        MemoryDelivery.grade.is_null(False) & (MemoryDelivery.ranker == "cairn")
+    )
+    for row in rows:
+        comps = row.score_components or {}
+        score = comps.get("relevance")
+        if (
+            row.grade in out
+            and isinstance(score, (int, float))
+            and comps.get("embed_model") == embed_model
+            and comps.get("profile", "default") == profile
+        ):
+            out[row.grade].append(float(score))
+    return out
+
+
 def _engagement_scores() -> dict[int, list[float]]:
     from cairn_cli.db.tables import MemoryDelivery
 
@@ -150,6 +172,23 @@ def calibrate(
                 "no graded deliveries with a semantic-engagement cosine",
                 "run `cairn grade` and `cairn engage` with the daemon's embedder first",
             )
+    elif target == RERANKER and model == COMPOSITE:
+        from cairn_cli.core.ranking.profiles import FLOOR_KEY as COMPOSITE_KEY
+        from cairn_cli.core.ranking.profiles import composite_floor
+        from cairn_cli.core.ranking.profiles import profile as get_profile
+
+        profile, embed_model = get_profile(settings).name, settings.EMBED_MODEL
+        key = COMPOSITE_KEY.format(profile, embed_model)
+        current, source = composite_floor(settings, profile, embed_model)
+        scores = _composite_scores(profile, embed_model)
+        if not any(scores.values()):
+            raise NotFound(
+                f"no graded deliveries ranked by the {profile} profile with {embed_model}",
+                "grade deliveries of the daemon's ranking first (cairn grade, the Stop hook)",
+            )
+        notes.append(
+            f"the composite floor in force is {current:g} ({source}); it reads the relevance part of the score"
+        )
     elif target == RERANKER:
         if model is None:
             from cairn_cli.core.ranking.reranking import resolve

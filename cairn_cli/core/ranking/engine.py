@@ -196,6 +196,7 @@ def _load_rows(
         Memory.source_ref,
         Memory.embedding_model,
         Memory.superseded_by,
+        Memory.session_id,
     ]
     if embed_model:
         fields.append(Memory.embedding)
@@ -220,6 +221,7 @@ def _load_rows(
                 updated_at=m.updated_at,
                 source_ref=m.source_ref,
                 has_embedding=usable,
+                session_id=m.session_id,
             ),
             m.embedding if usable else None,
             m.superseded_by is not None,

@@ -1,7 +1,7 @@
 """The rank pipeline, pure: the scoring table and the query in, the chosen memories out (no database, no model
 loading; the engine's encoder and reranker are passed in, already warm).
 
-candidates in scope -> composite -> drop non-positive / under RANK_MIN_SCORE -> rerank the best
+candidates in scope -> composite (the ranking profile) -> drop what is under the composite floor -> rerank the best
 RERANK_CANDIDATES -> floor -> blend -> top k.
 
 Rerank stage: the cross-encoder scores the candidates against the context window; memories whose native score is
@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from cairn_cli.config import Settings
 from cairn_cli.core.ranking.engine import Reranker
+from cairn_cli.core.ranking.profiles import Profile
 from cairn_cli.core.ranking.scoring import Scored, ScoringTable
 
 NO_RERANKER = "none"
@@ -32,6 +33,7 @@ class Selection:
     reranked: bool = False
     reranker_model: str = NO_RERANKER
     notes: list[str] = field(default_factory=list)
+    weights: dict = field(default_factory=dict)  # the profile's, as applied
 
 
 def select(
@@ -45,6 +47,8 @@ def select(
     reranker: Reranker | None,
     ranker: str,
     prompt: str | None = None,
+    profile: Profile | None = None,
+    floor: float = 0.0,
 ) -> Selection:
     """The best `k` memories of `table` in `scope` for `query` (`similarities`: the query's cosine per slot, or
     None without an embedding model; `prompt`: the part of the query a pair never loses to its token bound).
@@ -58,25 +62,35 @@ def select(
         reranker = None
     candidates = int(plan["candidates"]) if plan and not plan.get("skipped") else settings.RERANK_CANDIDATES
     pool = max(k, candidates) if reranker else k
+    profile = profile or Profile("default", settings.weights())
+    weights = profile.weights if similarities is not None else {**profile.weights, "similarity": 0.0}
     scored = table.score(
         query,
         similarities,
         scope=scope,
-        weights=settings.weights(),
+        weights=weights,
         half_life_days=settings.RECENCY_HALF_LIFE_DAYS,
         top=pool,
+        neighbour_weight=profile.neighbour_weight,
     )
-    positive = [s for s in scored if s.score > 0 and s.score >= settings.RANK_MIN_SCORE]
+    # the composite floor reads the relevance part of the score (the composite without its scope part, which
+    # alone lifts every memory in scope above zero); floor off (0) keeps every positive composite
+    positive = [s for s in scored if s.score > 0 and (floor <= 0 or s.components["relevance"] >= floor)]
     dropped = {"min_score": len(scored) - len(positive), "floor": 0}
+    if scored and not positive:
+        best = max(s.components["relevance"] for s in scored)
+        notes.append(f"abstained: no memory reaches the composite floor {floor:g} (best relevance {best:.3f})")
     for s in positive:
         s.components["reranker"] = reranker.name if reranker else NO_RERANKER
         s.components["ranker"] = ranker
+        s.components["profile"] = profile.name
+        s.components["composite_floor"] = floor
         if plan:
             s.components["rerank_plan"] = {key: plan.get(key) for key in PLAN_FIELDS}
     if reranker is None:
-        return Selection(positive[:k], dropped, notes=notes)
+        return Selection(positive[:k], dropped, notes=notes, weights=weights)
     kept, dropped["floor"] = rerank_stage(positive[:candidates], query, reranker, settings.RERANK_BLEND, prompt=prompt)
-    return Selection(kept[:k], dropped, reranked=True, reranker_model=reranker.name, notes=notes)
+    return Selection(kept[:k], dropped, reranked=True, reranker_model=reranker.name, notes=notes, weights=weights)
 
 
 PLAN_FIELDS = ("precision", "candidates", "max_length", "budget_ms", "skipped")

@@ -17,6 +17,8 @@ from cairn_cli.core.ranking.context import ContextWindow, build_context_window
 from cairn_cli.core.ranking.engine import RankEngine
 from cairn_cli.core.ranking.injection import format_block
 from cairn_cli.core.ranking.pipeline import Selection, select
+from cairn_cli.core.ranking.profiles import composite_floor
+from cairn_cli.core.ranking.profiles import profile as get_profile
 from cairn_cli.core.ranking.scoring import GLOBAL_SCOPE
 from cairn_cli.core.store import deliveries
 from cairn_cli.errors import DeadlineExceeded, InvalidInput, NotFound
@@ -128,6 +130,8 @@ def rank(request: RankRequest, settings: Settings, engine: RankEngine) -> RankRe
     if engine.encoder is not None and len(entry.table):
         sims = entry.table.similarities(engine.embed([context.text])[0])
         clock.lap("embed")
+    profile = get_profile(settings)
+    floor, _ = composite_floor(settings, profile.name, engine.embed_model)
     selection = select(
         entry.table,
         context.text,
@@ -138,6 +142,8 @@ def rank(request: RankRequest, settings: Settings, engine: RankEngine) -> RankRe
         reranker=engine.reranker,
         ranker=engine.ranker,
         prompt=context.prompt,
+        profile=profile,
+        floor=floor,
     )
     clock.lap("rerank" if selection.reranked else "score")
     notes.extend(selection.notes)
@@ -227,7 +233,7 @@ def _compose(
     for position, s in enumerate(selection.chosen, start=1):
         c = s.candidate
         s.components["embed_model"] = embed_model
-        s.components["weights"] = settings.weights()
+        s.components["weights"] = selection.weights
         items.append(
             RankedMemory(
                 id=c.id,
@@ -306,5 +312,9 @@ def log_turn(request: RankRequest, result: RankResult, scope: str, settings: Set
                 "generation_version": result.generation_version,
                 "source_ref": result.generation_version,
                 "delivered": [i.id for i in result.items],
+                # a prompt that injects nothing says why, so that stats can count abstentions
+                "abstained": None
+                if result.items
+                else next((n for n in result.notes if n.startswith("abstained")), "abstained: no memory in scope"),
             },
         )

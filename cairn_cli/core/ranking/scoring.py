@@ -44,6 +44,7 @@ class Candidate:
     updated_at: dt.datetime
     source_ref: str | None = None
     has_embedding: bool = True
+    session_id: str | None = None  # memories written in one session, in id order, are each other's neighbours
 
 
 @dataclass
@@ -173,6 +174,8 @@ class ScoringTable:
         self._ids: list[int] = []
         self._scopes: list[int] = []  # scope codes: comparing ints over 100k slots, not strings
         self._scope_code: dict[str, int] = {GLOBAL_SCOPE: 0}
+        self._groups: list[int] = []  # neighbour groups: the writing session, else the scope
+        self._group_code: dict[str, int] = {}
         self._masks: dict[str | None, np.ndarray] = {}
         self._conf: list[float] = []
         self._updated: list[float] = []
@@ -196,6 +199,8 @@ class ScoringTable:
         self.candidates.append(cand)
         self._ids.append(cand.id)
         self._scopes.append(self._scope_code.setdefault(cand.scope, len(self._scope_code)))
+        group = f"session:{cand.session_id}" if cand.session_id else f"scope:{cand.scope}"
+        self._groups.append(self._group_code.setdefault(group, len(self._group_code)))
         self._conf.append(cand.confidence)
         self._updated.append(cand.updated_at.timestamp())
         self._has_emb.append(cand.has_embedding and vector is not None if self.dim else cand.has_embedding)
@@ -218,7 +223,7 @@ class ScoringTable:
     def arrays(self) -> dict:
         if self._arrays is None:
             self._masks = {}
-            a = {
+            a: dict[str, np.ndarray] = {
                 "ids": np.asarray(self._ids, dtype=np.int64),
                 "scopes": np.asarray(self._scopes, dtype=np.int32),
                 "confidence": np.asarray(self._conf, dtype=np.float64),
@@ -226,6 +231,7 @@ class ScoringTable:
                 "has_embedding": np.asarray(self._has_emb, dtype=bool),
                 "alive": np.asarray(self._alive, dtype=bool),
             }
+            a["prev"], a["next"] = self._neighbours(a["ids"], np.asarray(self._groups, dtype=np.int64), a["alive"])
             if self.dim:
                 if self._pending:
                     self._matrix = np.vstack([self._matrix, np.stack(self._pending)])
@@ -233,6 +239,19 @@ class ScoringTable:
                 a["matrix"] = self._matrix
             self._arrays = a
         return self._arrays
+
+    @staticmethod
+    def _neighbours(ids: np.ndarray, groups: np.ndarray, alive: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per slot, the live slot written just before / after it in its group (-1: none)."""
+        prev = np.full(len(ids), -1, dtype=np.int64)
+        nxt = np.full(len(ids), -1, dtype=np.int64)
+        live = np.flatnonzero(alive)
+        if len(live) > 1:
+            order = live[np.lexsort((ids[live], groups[live]))]
+            same = groups[order[1:]] == groups[order[:-1]]
+            prev[order[1:][same]] = order[:-1][same]
+            nxt[order[:-1][same]] = order[1:][same]
+        return prev, nxt
 
     @property
     def dead_fraction(self) -> float:
@@ -276,9 +295,14 @@ class ScoringTable:
         half_life_days: float,
         now: dt.datetime | None = None,
         top: int | None = None,
+        neighbour_weight: float = 0.0,
     ) -> list[Scored]:
         """The best `top` in-scope memories (all when None), best first, ties broken by newer id, with every
-        component. `similarities` is aligned with the slots (None when no embedding model is in play: 0)."""
+        component. `similarities` is aligned with the slots (None when no embedding model is in play: 0).
+
+        `neighbour_weight` (a ranking profile's, 0 by default): each memory also gets that share of the better of
+        its two neighbours' scores, the memories written just before and after it in the same session (or scope):
+        a dialog turn is understood with the turns around it (bench/relevance.md)."""
         a = self.arrays()
         mask = self.in_scope(scope)
         n_in = int(mask.sum())
@@ -315,9 +339,22 @@ class ScoringTable:
 
         everything = slice(None)
         total = np.zeros(n, dtype=np.float64)
+        scope_part = np.zeros(n, dtype=np.float64)
         for name, weight in weights.items():
             if weight:
-                total += weight * component(name, everything)
+                part = weight * component(name, everything)
+                total += part
+                if name == "scope":
+                    scope_part = part
+        neighbour = np.zeros(n, dtype=np.float64)
+        if neighbour_weight:
+            base = np.where(mask, total, 0.0)
+            for side in (a["prev"], a["next"]):
+                ok = side >= 0
+                neighbour[ok] = np.maximum(neighbour[ok], base[side[ok]])
+            total = total + neighbour_weight * neighbour
+            scope_part = scope_part * (1 + neighbour_weight)  # the neighbour's score carries its scope part too
+        relevance = total - scope_part  # what the floor reads: the scope alone never lifts a memory
         total = np.where(mask, total, -np.inf)
         want = n_in if top is None else min(top, n_in)
         if want < n:
@@ -330,6 +367,9 @@ class ScoringTable:
         for row, i in enumerate(order.tolist()):
             c = {name: round(float(picked[name][row]), 6) for name in weights}
             c["keywords_bm25"] = round(float(bm25[i]), 6)
+            if neighbour_weight:
+                c["neighbour"] = round(float(neighbour[i]), 6)
             c["composite"] = round(float(total[i]), 6)
+            c["relevance"] = round(float(relevance[i]), 6)
             out.append(Scored(self.candidates[i], float(total[i]), c))
         return out
