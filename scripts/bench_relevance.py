@@ -213,6 +213,18 @@ def render(r) -> str:
             f"{a['held']['abstain']:.1%} | {a['held']['r5_lost']:.3f} | {a['held']['n_nothing']} / "
             f"{a['held']['n_answerable']} |"
         )
+    from cairn_cli.core.ranking.profiles import SHIPPED_FLOORS
+
+    lines.append("\n## The floors cairn ships (cairn_cli/core/ranking/profiles.py), on the same curves\n")
+    lines.append("| path | shipped floor | dev abstain | dev R@5 lost | held-out abstain | held-out R@5 lost |")
+    lines.append("|---|---:|---:|---:|---:|---:|")
+    for key, a in r["abstention"].items():
+        f = SHIPPED_FLOORS[tuple(key.split(":"))]
+        d, h = a["curve"]["dev"], a["curve"]["held"]
+        lines.append(
+            f"| `{key}` | {f:.3f} | {at(d, f)['abstain']:.1%} | {d[0]['r5'] - at(d, f)['r5']:.3f} | "
+            f"{at(h, f)['abstain']:.1%} | {h[0]['r5'] - at(h, f)['r5']:.3f} |"
+        )
     lines.append("\n## The floor's trade-off: tolerance on dev -> floor -> abstention and R@5 lost\n")
     lines.append(
         "| path | R@5 loss allowed on dev | floor | dev abstain | dev lost | held-out abstain | held-out lost |"
