@@ -45,6 +45,8 @@ sys.path.insert(0, str(ROOT))
 import locomo  # noqa: E402  (scripts/locomo.py)
 
 from cairn_cli.core.metrics import wilson  # noqa: E402
+from cairn_cli.core.text import stated_numbers  # noqa: E402
+from cairn_cli.ml.device import simd_summary  # noqa: E402
 
 LABELS = Path(__file__).resolve().parent / "dedup_labels.tsv"
 DEV_CONVERSATIONS = 4
@@ -165,16 +167,16 @@ def write_candidates(path: Path, pairs: list[Pair], labels: dict) -> int:
     return len(todo)
 
 
-_NUMBER = re.compile(r"\d+(?:[.,:]\d+)*")
-
-
 def numbers(text: str) -> frozenset[str]:
-    """The numbers a text states (ports, versions, counts, dates): the shipped rule's "same numbers" guard."""
-    return frozenset(_NUMBER.findall(text))
+    """The numbers a text states: the shipped rule's "same numbers" guard (cairn_cli.core.text.stated_numbers)."""
+    return stated_numbers(text)
 
 
-def confusion(pairs: list[Pair], labels: dict, t: float, positive: tuple[str, ...], guard: bool = False) -> dict:
-    """Merges at cosine >= t over the probability sample, each pair weighted by 1 / its sampling rate."""
+def confusion(
+    pairs: list[Pair], labels: dict, t: float, positive: tuple[str, ...], guard: bool = False, bf16: bool = False
+) -> dict:
+    """Merges at cosine >= t (the bf16 cosine with `bf16`) over the probability sample, each pair weighted by
+    1 / its sampling rate (the design is fixed by the fp32 cosine, so the weights hold for bf16 too)."""
     tp = fp = fn = 0.0
     n_merged = tp_n = 0
     exact = True
@@ -183,7 +185,7 @@ def confusion(pairs: list[Pair], labels: dict, t: float, positive: tuple[str, ..
             continue
         w = 1.0 / p.rate
         pos = labels[p.key][0] in positive
-        merged = p.cos >= t and (not guard or numbers(p.a.text) == numbers(p.b.text))
+        merged = (p.cos_bf16 if bf16 else p.cos) >= t and (not guard or numbers(p.a.text) == numbers(p.b.text))
         if merged:
             n_merged += 1
             tp_n += pos
@@ -206,8 +208,10 @@ def confusion(pairs: list[Pair], labels: dict, t: float, positive: tuple[str, ..
     }
 
 
-def sweep(pairs: list[Pair], labels: dict, positive: tuple[str, ...], guard: bool = False) -> list[dict]:
-    return [confusion(pairs, labels, t, positive, guard) for t in SWEEP]
+def sweep(
+    pairs: list[Pair], labels: dict, positive: tuple[str, ...], guard: bool = False, bf16: bool = False
+) -> list[dict]:
+    return [confusion(pairs, labels, t, positive, guard, bf16) for t in SWEEP]
 
 
 def choose(dev_sweep: list[dict]) -> float:
@@ -245,7 +249,10 @@ def bf16_drift(pairs: list[Pair], t: float) -> dict:
 def examples(pairs: list[Pair], labels: dict, t: float, k: int = 6) -> dict:
     """Merges at the chosen threshold on held-out conversations: true ones and false ones (ids, cosine, note)."""
     merged = sorted((p for p in pairs if p.cos >= t), key=lambda p: -p.cos)
-    row = lambda p: {"a": p.a.id, "b": p.b.id, "cos": round(p.cos, 3), "label": labels[p.key][0], "note": labels[p.key][1]}  # noqa: E731
+
+    def row(p: Pair) -> dict:
+        return {"a": p.a.id, "b": p.b.id, "cos": round(p.cos, 3), "label": labels[p.key][0], "note": labels[p.key][1]}
+
     near = sorted((p for p in pairs if t - 0.03 <= p.cos < t and labels[p.key][0] == "dup"), key=lambda p: -p.cos)
     return {
         "true_merges": [row(p) for p in merged if labels[p.key][0] == "dup"][:k],
@@ -270,6 +277,8 @@ def evaluate(pairs: list[Pair], labels: dict) -> dict:
         "strict": sweep(pairs, labels, STRICT),
         "lenient": sweep(pairs, labels, LENIENT),
         "strict_number_guard": sweep(pairs, labels, STRICT, guard=True),
+        "strict_bf16": sweep(pairs, labels, STRICT, bf16=True),
+        "lenient_bf16": sweep(pairs, labels, LENIENT, bf16=True),
     }
 
 
@@ -308,17 +317,22 @@ def markdown(r: dict) -> str:
         f"**Chosen: `CAIRN_DEDUP_SEMANTIC_MIN` = {chosen}** (dev strict precision "
         f"{_f(r['at_chosen']['dev']['precision'])}, n = {r['at_chosen']['dev']['merged']}).",
         "",
+        "The shipped rule (`cairn_cli/core/store/memories.py`) merges a new memory into the closest live memory of "
+        "its own scope embedded by the same model, at cosine >= the threshold, when both state the same numbers; "
+        "the merge unions keywords, counts a corroboration and keeps the written text in `memory_merges`.",
+        "",
         "## At the chosen threshold",
         "",
         "| split | merges (n) | strict P | 95% CI | lenient P | recall (strict, est.) | recall (lenient, est.) |",
         "|---|---:|---:|---|---:|---:|---:|",
     ]
-    for split in ("dev", "held_out", "all"):
-        s, ln = r["at_chosen"][split], r["at_chosen_lenient"][split]
-        lines.append(
-            f"| {split.replace('_', '-')} | {s['merged']} | {_f(s['precision'])} | {_ci(s)} | {_f(ln['precision'])} | "
-            f"{_f(s['recall'])} | {_f(ln['recall'])} |"
-        )
+    for suffix, precision in (("", "fp32"), ("_bf16", "bf16")):
+        for split in ("dev", "held_out", "all"):
+            s, ln = r[f"at_chosen{suffix}"][split], r[f"at_chosen_lenient{suffix}"][split]
+            lines.append(
+                f"| {split.replace('_', '-')}, {precision} | {s['merged']} | {_f(s['precision'])} | {_ci(s)} | "
+                f"{_f(ln['precision'])} | {_f(s['recall'])} | {_f(ln['recall'])} |"
+            )
     lines += [
         "",
         "Recall is an estimate: the duplicates below 0.85 are counted from a sample of each band (weighted by "
@@ -362,7 +376,8 @@ def markdown(r: dict) -> str:
         f"(median cosine {o['cos_median']}); most are two different facts read off the same turn, so they could "
         "not serve as positives.",
         f"- **bf16**: the daemon embeds in bf16 on CPUs with AVX-512 BF16; over the labelled pairs the cosine moves "
-        f"by at most {b['max_abs_diff']}, and {b['flips_at_chosen']} pair(s) change side of {chosen}.",
+        f"by at most {b['max_abs_diff']}, and {b['flips_at_chosen']} pair(s) change side of {chosen} (precision and "
+        "recall under bf16 are in the table above).",
         "",
         "## Population and sample per cosine band (all conversations)",
         "",
@@ -434,6 +449,8 @@ def main(argv: list[str] | None = None) -> int:
     result["target_precision"] = TARGET_PRECISION
     result["at_chosen"] = {s: at(s, "strict") for s in ("dev", "held_out", "all")}
     result["at_chosen_lenient"] = {s: at(s, "lenient") for s in ("dev", "held_out", "all")}
+    result["at_chosen_bf16"] = {s: at(s, "strict_bf16") for s in ("dev", "held_out", "all")}
+    result["at_chosen_lenient_bf16"] = {s: at(s, "lenient_bf16") for s in ("dev", "held_out", "all")}
     guarded = at("all", "strict_number_guard")
     result["number_guard"] = {"changed_at_chosen": result["at_chosen"]["all"]["merged"] - guarded["merged"]}
     result["overlap_set"] = overlap_set(pairs, labels)
@@ -448,9 +465,7 @@ def main(argv: list[str] | None = None) -> int:
         band: {
             "pairs": n,
             "rate": rate,
-            "labelled": sum(
-                1 for p in pairs if p.sampled and p.cos >= edge and (i == 0 or p.cos < edges[i - 1])
-            ),
+            "labelled": sum(1 for p in pairs if p.sampled and p.cos >= edge and (i == 0 or p.cos < edges[i - 1])),
         }
         for i, ((band, n), rate, edge) in enumerate(zip(sizes.items(), rates, edges))
     }
@@ -459,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
     result["meta"] = {
         "date": dt.datetime.now().isoformat(timespec="seconds"),
         "machine": f"{os.cpu_count()} cores CPU ({platform.machine()}, {platform.python_implementation()} "
-        f"{platform.python_version()}), no GPU",
+        f"{platform.python_version()}), no GPU; CPU flags: {simd_summary()}",
         "command": "python scripts/bench_dedup.py" + "".join(f" {a}" for a in (argv or sys.argv[1:])),
         "data": "locomo/locomo_dev.json" if args.data == locomo.DATA else str(args.data),
         "conversations": len(convs),
