@@ -227,3 +227,21 @@ def _embedding(memory_id: int):
     from cairn_cli.db.tables import Memory
 
     return Memory.get_by_id(memory_id).embedding
+
+
+@pytest.mark.slow
+def test_memory_add_embeds_through_a_running_daemon_and_merges_a_near_copy(tmp_path):
+    """With the daemon up, `memory add` takes its vectors from the daemon (no model in its own process)."""
+    from tests.test_daemon import make_home, run, start, status
+
+    home = make_home(tmp_path)
+    try:
+        start(home)
+        add = ("memory", "add", "--scope", "webshop", "-k")
+        first = run(home, *add, "tests", "Run the test suite with make test")
+        near = run(home, *add, "tests,make", "Run the test suite with `make test`")
+        assert first.stdout.startswith("added memory") and near.stdout.startswith("merged memory")
+        assert "(semantic, cosine 0.9" in near.stdout, near.stdout + near.stderr
+        assert status(home)[1]["ops"].get("embed") == 2
+    finally:
+        run(home, "daemon", "stop", "--force")
