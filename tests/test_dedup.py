@@ -163,6 +163,25 @@ def test_an_import_merges_near_duplicates_within_the_file(tmp_path):
     assert len(enc.calls) == 1  # one batch for the whole file
 
 
+def test_one_batch_repeats_itself_and_merges_twice_into_one_memory():
+    """Within one call: an exact repeat of an entry stored earlier in the call merges into it, and two merges into
+    the same memory both keep their keywords (each merge reads the memory as the previous one left it)."""
+    s = Settings()
+    enc = FakeEncoder({BASE: at_cosine(1.0), NEAR: at_cosine(0.98), "new": at_cosine(0.0)})
+    [kept] = add_memories([entry(BASE, ["a"])], s, embed=enc)
+    batch = [entry(NEAR, ["b"]), entry(BASE, ["c"]), entry("new", ["d"]), entry("new", ["e"])]
+    results = add_memories(batch, s, embed=enc)
+    assert [(r.action, r.method) for r in results] == [
+        ("merged", "semantic"),
+        ("merged", "exact"),
+        ("added", None),
+        ("merged", "exact"),
+    ]
+    assert results[3].id == results[2].id
+    assert memories.get_memory(kept.id, s).keywords == ["a", "b", "c"]
+    assert memories.get_memory(results[2].id, s).keywords == ["d", "e"]
+
+
 def test_a_stop_merges_a_near_copy_of_an_existing_memory(cli, cairn_home):
     """Through the real Stop path (hashing encoder): the agent writes a near-copy; stats count it per version."""
     s = Settings()
