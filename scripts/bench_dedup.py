@@ -20,7 +20,9 @@ sample of each lower band (chosen by a hash of the pair's ids: stable when a cos
 every pair whose evidence turns overlap (the structural "same turn" set, reported apart). Estimates below 0.85
 weight each sampled pair by 1 / its band's sampling rate. The threshold is picked on the first four conversations
 (the lowest one whose strict precision there is >= TARGET_PRECISION at it and every threshold above it) and reported
-on the other three. Data is read in place from ../shared/data, never copied.
+on the other three. Then every observation is written, in order, through cairn's own `add_memories` at the chosen
+threshold (fp32 and bf16 vectors) to count the merges the shipped code really makes. Data is read in place from
+../shared/data, never copied.
 """
 
 from __future__ import annotations
@@ -261,6 +263,64 @@ def examples(pairs: list[Pair], labels: dict, t: float, k: int = 6) -> dict:
     }
 
 
+def _lookup_embedder(by_text: dict[str, np.ndarray]):
+    """An `Embedder` answering from the vectors computed once for the sweep (the same model, the same numbers)."""
+
+    def embed(texts: list[str]):
+        return "all-MiniLM-L6-v2", [by_text[t] for t in texts]
+
+    return embed
+
+
+def replay(all_obs: list[list[Obs]], vecs: list[np.ndarray], labels: dict, threshold: float) -> dict:
+    """Each conversation's observations written one at a time, in session order, through cairn's own write path
+    (`add_memories`: exact dedup, then the closest live memory of the scope at >= threshold stating the same
+    numbers), one scope per conversation, into a scratch store; the semantic merges it made, by label."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="bench_dedup_") as tmp:
+        os.environ["CAIRN_HOME"] = tmp
+        from cairn_cli.config import Settings
+        from cairn_cli.core.store import open_stores
+        from cairn_cli.core.store.memories import MemoryInput, add_memories
+        from cairn_cli.db import close_all
+        from cairn_cli.db.tables import Memory, MemoryMerge
+
+        settings = Settings(DEDUP_SEMANTIC_MIN=threshold, DB_URL="", EPHEMERAL_DB_URL="")
+        close_all()
+        open_stores(settings)
+        try:
+            for obs, v in zip(all_obs, vecs):
+                embed = _lookup_embedder({o.text: v[i] for i, o in enumerate(obs)})
+                for o in obs:  # the observation's id rides in source_ref: the merge rows name both sides
+                    add_memories([MemoryInput(o.text, scope=f"conv{o.conv}", source_ref=o.id)], settings, embed=embed)
+            merges = [
+                (r.method, r.memory_id, r.source_ref, r.similarity)
+                for r in MemoryMerge.select().order_by(MemoryMerge.id)
+            ]
+            target = {m.id: m.source_ref for m in Memory.select(Memory.id, Memory.source_ref)}
+            stored = Memory.select().count()
+        finally:
+            close_all()
+    out: dict = {"threshold": threshold, "observations": sum(map(len, all_obs)), "stored": stored}
+    rows = []
+    for method, memory_id, new_id, cos in merges:
+        old_id = target[memory_id]
+        label = labels.get((old_id, new_id), labels.get((new_id, old_id), ("unlabelled", "")))[0]
+        rows.append({"method": method, "into": old_id, "written": new_id, "cos": cos, "label": label})
+    conv_of = {o.id: o.conv for obs in all_obs for o in obs}
+    for split, held in (("dev", False), ("held_out", True)):
+        mine = [r for r in rows if (conv_of[r["written"]] >= DEV_CONVERSATIONS) is held]
+        semantic = [r for r in mine if r["method"] == "semantic"]
+        out[split] = {
+            "exact_or_normalised": len(mine) - len(semantic),
+            "semantic": len(semantic),
+            **{v: sum(r["label"] == v for r in semantic) for v in (*LABEL_VALUES, "unlabelled")},
+        }
+    out["semantic_merges"] = [r for r in rows if r["method"] == "semantic"]
+    return out
+
+
 def encode_all(all_obs: list[list[Obs]]) -> tuple[list[np.ndarray], list[np.ndarray]]:
     from cairn_cli.ml.models import get_encoder
 
@@ -362,6 +422,24 @@ def markdown(r: dict) -> str:
     ]
     for a in r["all"]["lenient"]:
         lines.append(f"| {a['threshold']:.2f} | {a['merged']} | {_f(a['precision'])} | {_f(a['recall'])} |")
+    lines += [
+        "",
+        "## Through cairn's write path",
+        "",
+        f"Each conversation's observations written one at a time, in session order, by `add_memories` at {chosen} "
+        "into a scratch store (one scope per conversation; the exact path first, then the closest live memory "
+        "stating the same numbers): the merges the shipped code makes, by label.",
+        "",
+        "| precision | split | exact/normalised merges | semantic merges | dup | detail | distinct | unlabelled |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for precision, rep in r["replay"].items():
+        for split in ("dev", "held_out"):
+            c = rep[split]
+            lines.append(
+                f"| {precision} | {split.replace('_', '-')} | {c['exact_or_normalised']} | {c['semantic']} | "
+                f"{c['dup']} | {c['detail']} | {c['distinct']} | {c['unlabelled']} |"
+            )
     g, o, b = r["number_guard"], r["overlap_set"], r["bf16"]
     lines += [
         "",
@@ -470,6 +548,10 @@ def main(argv: list[str] | None = None) -> int:
         for i, ((band, n), rate, edge) in enumerate(zip(sizes.items(), rates, edges))
     }
     result["examples"] = examples(pairs, labels, chosen)
+    result["replay"] = {
+        "fp32": replay(all_obs, vecs, labels, chosen),
+        "bf16": replay(all_obs, vecs_bf16, labels, chosen),
+    }
     counts = {v: sum(lab == v for lab, _ in labels.values()) for v in LABEL_VALUES}
     result["meta"] = {
         "date": dt.datetime.now().isoformat(timespec="seconds"),
