@@ -172,20 +172,21 @@ def add_memories(
 
     results: list[AddResult] = []
     fresh: list[tuple[int, object]] = []
+    hashes = [(sha256(e.content), sha256(normalise(e.content))) for e in entries]
+    # embedded before the transaction (a model call takes seconds; a SQLite read snapshot held that long could not
+    # become a write if another process wrote meanwhile); exact repeats of stored memories need no vector
+    repeats = _stored_repeats(entries, hashes)
+    todo = [embedding_text(e.content, e.keywords) for e, repeat in zip(entries, repeats) if not repeat]
+    model, vectors = _embed_texts(list(dict.fromkeys(todo)), embed or local_embedder(settings))
+    index = _SemanticIndex(model, settings.DEDUP_SEMANTIC_MIN) if model is not None else None
+    if todo and notes is not None:
+        if model is None:
+            notes.append("semantic dedup skipped: no embedding model answered (exact duplicates only)")
+        elif not index:
+            notes.append(f"semantic dedup off (CAIRN_DEDUP_SEMANTIC_MIN={settings.DEDUP_SEMANTIC_MIN:g})")
     with memory_proxy.atomic():
-        hashes = [(sha256(e.content), sha256(normalise(e.content))) for e in entries]
-        repeats = [_duplicate_of(e, h, nh) is not None for e, (h, nh) in zip(entries, hashes)]
-        todo = [embedding_text(e.content, e.keywords) for e, repeat in zip(entries, repeats) if not repeat]
-        created: set[str] = set()  # the hashes this call stores: only they can make a later entry a repeat
-        model, vectors = _embed_texts(list(dict.fromkeys(todo)), embed or local_embedder(settings))
-        index = _SemanticIndex(model, settings.DEDUP_SEMANTIC_MIN) if model is not None else None
-        if todo and notes is not None:
-            if model is None:
-                notes.append("semantic dedup skipped: no embedding model answered (exact duplicates only)")
-            elif not index:
-                notes.append(f"semantic dedup off (CAIRN_DEDUP_SEMANTIC_MIN={settings.DEDUP_SEMANTIC_MIN:g})")
-        for entry, (h, nh), repeat in zip(entries, hashes, repeats):
-            existing = _duplicate_of(entry, h, nh) if repeat or h in created or nh in created else None
+        for entry, (h, nh) in zip(entries, hashes):
+            existing = _duplicate_of(entry, h, nh)
             vec = vectors.get(embedding_text(entry.content, entry.keywords))
             match = index.nearest(entry, vec) if existing is None and index and vec is not None else None
             if existing is not None:
@@ -208,7 +209,6 @@ def add_memories(
                     session_id=entry.session_id,
                     confidence=confidence_of(0, 0, settings),
                 )
-                created.update((h, nh))
                 if vec is not None:
                     fresh.append((mem.id, vec))
                     if index:
@@ -219,6 +219,23 @@ def add_memories(
         if fresh and model is not None:
             store_embeddings([i for i, _ in fresh], [v for _, v in fresh], model)
     return results
+
+
+def _stored_repeats(entries: list[MemoryInput], hashes: list[tuple[str, str]]) -> list[bool]:
+    """Which entries repeat (same or same normalised text) a live memory of their scope or of global, in a few
+    queries: the ones that need no embedding. The transaction decides for good (`_duplicate_of`)."""
+    from cairn_cli.db.tables import Memory
+
+    wanted = sorted({x for pair in hashes for x in pair})
+    seen: set[tuple[str, str]] = set()  # (hash, scope)
+    for start in range(0, len(wanted), 400):
+        chunk = wanted[start : start + 400]
+        rows = Memory.select(Memory.content_hash, Memory.norm_hash, Memory.scope).where(
+            (Memory.content_hash.in_(chunk) | Memory.norm_hash.in_(chunk)) & Memory.superseded_by.is_null()
+        )
+        for content_hash, norm_hash, scope in cast(Iterable[tuple[str, str, str]], rows.tuples()):
+            seen.update(((content_hash, scope), (norm_hash, scope)))
+    return [any((x, scope) in seen for x in pair for scope in {e.scope, GLOBAL}) for e, pair in zip(entries, hashes)]
 
 
 def _embed_texts(texts: list[str], embed: Embedder) -> tuple[str | None, dict[str, object]]:
