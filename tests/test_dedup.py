@@ -205,6 +205,19 @@ def test_a_stop_merges_a_near_copy_of_an_existing_memory(cli, cairn_home):
     assert [m["content"] for m in shown["merges"]] == [near["content"]]
 
 
+def test_a_stop_without_an_embedder_writes_exact_dedup_only_and_logs_why(cairn_home, monkeypatch):
+    from cairn_cli.daemon import dispatch
+
+    monkeypatch.setattr(dispatch, "embed_with_model", lambda texts, **kw: None)  # the daemon did not answer
+    first = {"content": "Run the test suite with make test", "scope": "webshop"}
+    near = {"content": "Run the test suite with `make test`", "scope": "webshop"}
+    for i, m in enumerate((first, near)):
+        raw = {"session_id": "s1", "cwd": "/w", "last_assistant_message": f"{i} [cm]{json.dumps({'m': [m]})}[/cm]"}
+        assert hook_entry.run_stop(json.dumps(raw).encode()) == 0
+    assert len(memories.list_memories(Settings())) == 2
+    assert "semantic dedup skipped: no embedding model answered" in (cairn_home / "logs" / "hook.log").read_text()
+
+
 def test_stats_dedup_per_generation_version(cli):
     s = Settings()
     enc = FakeEncoder({BASE: at_cosine(1.0), NEAR: at_cosine(0.99), "other": at_cosine(0.0)})
