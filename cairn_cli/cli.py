@@ -36,7 +36,7 @@ daemon_app = _group(help="The model daemon that keeps the hot path fast.")
 hook_app = _group(help="The Claude Code integration: the hooks and their installation.")
 ab_app = _group(help="The write-side live A/B of the generation rules.")
 ab_queue_app = _group(help="Candidate instructions for arm B.")
-stats_app = _group(help="What the labels say: deliveries, label volume, floors.")
+stats_app = _group(help="What the labels say: deliveries, label volume, floors, abstentions, write-side dedup.")
 
 
 def handle_errors(fn: Callable) -> Callable:
@@ -108,6 +108,7 @@ COMMANDS: list[tuple[typer.Typer, str, Callable]] = [
     (stats_app, "labels", stats.labels),
     (stats_app, "floors", stats.floors),
     (stats_app, "prompts", stats.prompts),
+    (stats_app, "dedup", stats.dedup),
 ]
 for _parent, _name, _fn in COMMANDS:
     _parent.command(_name)(handle_errors(_fn))

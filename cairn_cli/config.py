@@ -145,6 +145,13 @@ _SETTINGS = [
     ),
     Setting("ENGAGEMENT_SEMANTIC_MIN", 0.55, float, "Cosine at which the semantic second chance counts as engaged."),
     Setting("ENGAGEMENT_CHUNK_CHARS", 400, int, "Response chunk size (characters) for the semantic test."),
+    Setting(
+        "DEDUP_SEMANTIC_MIN",
+        0.95,
+        float,
+        "A new memory whose cosine with a live one of its scope is at least this merges into it (same numbers only; "
+        "keywords unioned, a corroboration, recorded); 0: off. Calibrated in bench/dedup.md.",
+    ),
     Setting("HOOK_SCOPE", "", str, "Scope the hooks rank and write in (default: the name of the hook's cwd)."),
     Setting(
         "TRANSCRIPT_MAX_BYTES",

@@ -24,7 +24,7 @@ def add(
     session: Annotated[str | None, typer.Option(help="Session that wrote it.")] = None,
     json: Json = False,
 ) -> None:
-    """Add one memory (merges into an identical one: keywords are unioned).
+    """Add one memory (merges into an identical one, or a near-duplicate of its scope: keywords are unioned).
 
     Example: cairn memory add "Run tests with make test" --keywords make,tests --scope cairn --kind procedure
     """
@@ -40,7 +40,12 @@ def add(
             "session_id": session,
         }
     )
-    result = memories.add_memories([entry], store())[0]
+    from cairn_cli.daemon.dispatch import embed_daemon_first
+
+    notes: list[str] = []
+    result = memories.add_memories([entry], store(), embed=embed_daemon_first, notes=notes)[0]
+    for note in notes:
+        output.message(note)
     if json:
         output.json_out(result)
     else:
@@ -49,7 +54,8 @@ def add(
             if result.action == "merged" and result.keywords_added
             else ""
         )
-        output.text_out(f"{result.action} memory {result.id}{extra}")
+        how = f" ({result.method}, cosine {result.similarity:.3f})" if result.similarity is not None else ""
+        output.text_out(f"{result.action} memory {result.id}{how}{extra}")
 
 
 def import_(
@@ -81,10 +87,19 @@ def import_(
                 "merged": report.merged,
                 "rejected": [{"line": n, "reason": r} for n, r in report.rejected],
                 "ids": [r.id for r in report.results],
+                "merged_by": {
+                    m: sum(r.method == m for r in report.results) for m in ("exact", "normalised", "semantic")
+                },
+                "notes": report.notes,
             }
         )
         return
-    output.text_out(f"added {report.added}, merged {report.merged}, rejected {len(report.rejected)}")
+    semantic = sum(r.method == "semantic" for r in report.results)
+    output.text_out(
+        f"added {report.added}, merged {report.merged} ({semantic} near-duplicates), rejected {len(report.rejected)}"
+    )
+    for note in report.notes:
+        output.message(note)
     for no, reason in report.rejected:
         output.message(f"line {no}: {reason}")
 
@@ -115,17 +130,25 @@ def list_(
 
 
 def show(memory_id: Annotated[int, typer.Argument(help="Memory id.")], json: Json = False) -> None:
-    """Show one memory with all its fields.
+    """Show one memory with all its fields and every write merged into it (its text, how it matched).
 
     Example: cairn memory show 12
     """
     from cairn_cli.core.store import memories
 
-    view = memories.get_memory(memory_id, store(read_only=True))
+    settings = store(read_only=True)
+    view, merges = memories.get_memory(memory_id, settings), memories.merges_of(memory_id, settings)
     if json:
-        output.json_out(view)
-    else:
-        output.key_values({**vars(view), "keywords": ", ".join(view.keywords)}, title=f"memory {view.id}")
+        output.json_out({**vars(view), "merges": merges})
+        return
+    output.key_values({**vars(view), "keywords": ", ".join(view.keywords)}, title=f"memory {view.id}")
+    if merges:
+        output.table(
+            [{**vars(m), "keywords": ", ".join(m.keywords)} for m in merges],
+            ["merged_at", "method", "similarity", "content", "keywords", "source_ref", "session_id"],
+            title=f"{len(merges)} writes merged into memory {view.id}",
+            widths={"content": 60},
+        )
 
 
 def supersede(

@@ -1,4 +1,5 @@
-"""`cairn stats deliveries|labels|floors`: grades, engagement, label volume and floor checks over the delivery log."""
+"""`cairn stats deliveries|labels|floors|prompts|dedup`: grades, engagement, label volume and floor checks over the
+delivery log; the write-side dedup rate over the memory store."""
 
 from __future__ import annotations
 
@@ -129,6 +130,38 @@ def prompts(
             ],
             ["period", "prompts", "injected", "abstained", "abstention_rate"],
             title=f"prompts per {bucket.value}",
+        )
+
+
+def dedup(
+    since: Since = None,
+    session: Annotated[str | None, typer.Option(help="Only this session's writes.")] = None,
+    json: Json = False,
+) -> None:
+    """Write-side dedup rate per generation version: writes stored vs merged (exact, normalised, semantic), in-session.
+
+    Example: cairn stats dedup --json
+    """
+    from cairn_cli.core import stats
+
+    rows = stats.dedup_stats(store(read_only=True), since=stats.parse_since(since), session=session)
+    if json:
+        output.json_out(rows)
+    elif not rows:
+        output.message("no memory writes match")
+    else:
+        output.table(
+            [
+                {
+                    **r,
+                    **{f"{m}": n for m, n in r["merged_by"].items()},
+                    "dedup_rate": f"{_pct(r['dedup_rate'])} [{_pct(r['ci_low'])}, {_pct(r['ci_high'])}]",
+                    "in_session": f"{r['in_session_merged']} ({_pct(r['in_session_rate'])})",
+                }
+                for r in rows
+            ],
+            ["version", "writes", "stored", "merged", *rows[0]["merged_by"], "dedup_rate", "in_session"],
+            title="memory writes by generation version: stored or merged into an existing memory",
         )
 
 

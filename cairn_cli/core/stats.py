@@ -1,5 +1,6 @@
 """Statistics over the delivery log: grades and engagement per generation version and reranker model, label volume
-over time, and the share of load-bearing (grade-3) memories each model's floor drops.
+over time, and the share of load-bearing (grade-3) memories each model's floor drops; over the memory store: the
+write-side dedup rate per generation version.
 
 Invariant 5: a rate is only ever computed within one `engaged_method` tag. Untagged decided rows (engaged set,
 method NULL) are counted apart and never enter a rate. Every Wilson interval here counts deliveries as
@@ -10,8 +11,10 @@ independent, which they are not (one session delivers many); for an A/B decision
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import cast
 
 from cairn_cli.config import Settings
 from cairn_cli.core.metrics import wilson
@@ -296,6 +299,65 @@ def prompt_stats(
                 "abstention_rate": round(abstained / n, 4),
                 "ci_low": low,
                 "ci_high": high,
+            }
+        )
+    return out
+
+
+# -- write-side dedup ---------------------------------------------------------------------------------------------
+
+MERGE_METHODS = ("exact", "normalised", "semantic")
+
+
+def dedup_stats(settings: Settings, *, since: dt.datetime | None = None, session: str | None = None) -> list[dict]:
+    """Per generation version (the written memory's `source_ref`): memory writes, how many were stored and how many
+    merged into an existing memory (per method: exact, normalised, semantic), the dedup rate (merged / writes) with
+    its Wilson interval, and the in-session part (merged into a memory the same session wrote): the seed's
+    in-session duplicate suppression. Reads the memory store only (memories and memory_merges)."""
+    from cairn_cli.db.tables import Memory, MemoryMerge
+
+    stored = Memory.select(Memory.source_ref, Memory.session_id)
+    merges = MemoryMerge.select(MemoryMerge.source_ref, MemoryMerge.method, MemoryMerge.session_id, Memory.session_id)
+    merges = merges.join(Memory, on=(MemoryMerge.memory_id == Memory.id), attr="target")
+    if since is not None:
+        stored = stored.where(Memory.created_at >= since)
+        merges = merges.where(MemoryMerge.merged_at >= since)
+    if session:
+        stored = stored.where(Memory.session_id == session)
+        merges = merges.where(MemoryMerge.session_id == session)
+    counts: dict[str, dict] = {}
+
+    def cell(version: str | None) -> dict:
+        return counts.setdefault(
+            version or NO_VERSION, {"stored": 0, **dict.fromkeys(MERGE_METHODS, 0), "in_session": 0, "other": 0}
+        )
+
+    for version, _ in cast(Iterable[tuple[str | None, str | None]], stored.tuples()):
+        cell(version)["stored"] += 1
+    for version, method, writer, target in cast(
+        Iterable[tuple[str | None, str, str | None, str | None]], merges.tuples()
+    ):
+        row = cell(version)
+        row[method if method in MERGE_METHODS else "other"] += 1
+        row["in_session"] += writer is not None and writer == target
+    out = []
+    for version in sorted(counts):
+        c = counts[version]
+        merged = sum(c[m] for m in MERGE_METHODS) + c["other"]
+        writes = c["stored"] + merged
+        low, high = wilson(merged, writes)
+        out.append(
+            {
+                "version": version,
+                "writes": writes,
+                "stored": c["stored"],
+                "merged": merged,
+                "merged_by": {m: c[m] for m in MERGE_METHODS} | ({"other": c["other"]} if c["other"] else {}),
+                "dedup_rate": round(merged / writes, 4) if writes else None,
+                "ci_low": low,
+                "ci_high": high,
+                "in_session_merged": c["in_session"],
+                "in_session_rate": round(c["in_session"] / writes, 4) if writes else None,
             }
         )
     return out

@@ -256,6 +256,15 @@ def normalise(text: str) -> str:
     return " ".join(folded.split()).strip(" \t.,;:!?\"'`")
 
 
+_NUMBER = re.compile(r"\d+(?:[.,:]\d+)*")
+
+
+def stated_numbers(text: str) -> frozenset[str]:
+    """The numbers a text states (ports, versions, counts, dates): two memories that state different ones are never
+    merged as near-duplicates (`port 8001` and `port 8002` embed almost alike)."""
+    return frozenset(_NUMBER.findall(text))
+
+
 def context_key(text: str) -> str:
     """The key of a context window: the first 16 hex digits of its SHA-256 (the same window, the same key)."""
     return sha256(text)[:16]

@@ -167,8 +167,13 @@ def _write(session_id, row, turn, cm, decisions, digest, source_ref, embedder, s
 
     with memory_proxy.atomic(), ephemeral_proxy.atomic():
         if cm.memories:
-            results = add_memories(cm.memories, settings, embed=embedder)
-            report.memories = [{"id": r.id, "action": r.action, "source_ref": source_ref} for r in results]
+            results = add_memories(cm.memories, settings, embed=embedder, notes=report.notes)
+            report.memories = [
+                {"id": r.id, "action": r.action, "source_ref": source_ref}
+                | ({"method": r.method} if r.method else {})
+                | ({"similarity": r.similarity} if r.similarity is not None else {})
+                for r in results
+            ]
         if turn is not None and cm.found:
             graded = apply_relevance_grades(cm, session_id, settings, turn=turn)
             report.grades = graded.as_dict()

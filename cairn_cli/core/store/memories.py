@@ -3,7 +3,13 @@
 Confidence rule (a Beta-Bernoulli posterior mean; stored, shown as `reliability`, weighs 0 in ranking):
     confidence = (CONFIDENCE_PRIOR_POS + corroborations) / (PRIOR_POS + PRIOR_NEG + corroborations + contradictions)
 With the default prior 3/1 a new memory is 0.75, one corroboration makes it 0.80, one contradiction 0.60, and
-the evidence outweighs the prior after a handful of observations. A dedup merge is not a corroboration.
+the evidence outweighs the prior after a handful of observations. An exact (or normalised) duplicate is not a
+corroboration (it is the same write again); a semantic merge is (another write that states the same thing).
+
+Semantic dedup: a new memory whose cosine with a live memory of its own scope (same embedding model) is at least
+CAIRN_DEDUP_SEMANTIC_MIN, and which states the same numbers, merges into the closest such memory. The threshold was
+calibrated on labelled LoCoMo observation pairs (scripts/bench_dedup.py, bench/dedup.md). Without an embedding (no
+model answered) only exact duplicates merge, and the caller is told so.
 """
 
 from __future__ import annotations
@@ -11,12 +17,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any, cast
 
 import orjson
 
 from cairn_cli.clock import utcnow
 from cairn_cli.config import Settings
-from cairn_cli.core.text import clean_keywords, normalise, sha256
+from cairn_cli.core.text import clean_keywords, normalise, sha256, stated_numbers
 from cairn_cli.errors import InvalidInput, NotFound
 
 GLOBAL = "global"
@@ -58,6 +65,8 @@ class AddResult:
     id: int
     action: str  # "added" | "merged"
     keywords_added: list[str] = field(default_factory=list)
+    method: str | None = None  # a merge's: exact | normalised | semantic
+    similarity: float | None = None  # a semantic merge's cosine
 
 
 @dataclass
@@ -66,6 +75,7 @@ class ImportReport:
     merged: int = 0
     rejected: list[tuple[int, str]] = field(default_factory=list)
     results: list[AddResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
 
 def confidence_of(corroborations: int, contradictions: int, settings: Settings) -> float:
@@ -147,25 +157,46 @@ def add_memories(
     *,
     progress: Callable[[int], None] | None = None,
     embed: Embedder | None = None,
+    notes: list[str] | None = None,
 ) -> list[AddResult]:
-    """Add or merge each entry, all in one transaction; new memories are embedded in one batch by `embed`
-    (default: the configured model in this process). When `embed` answers None the memories are stored
-    without an embedding and the daemon embeds them when it next refreshes its table.
+    """Add or merge each entry, all in one transaction. The entries that are not exact duplicates are embedded
+    first, in one batch, by `embed` (default: the configured model in this process); when it answers None the
+    memories are stored without an embedding (the daemon embeds them when it next refreshes its table), semantic
+    dedup is skipped and a note saying so is appended to `notes`.
 
-    Dedup is per scope: an entry merges into a live memory with the same (or the same normalised) text in its own
-    scope or in `global` (which every scope sees); a global entry merges only into a global memory. A merge unions
-    the keywords and records what was written in `memory_merges`."""
+    Exact dedup is per scope: an entry merges into a live memory with the same (or the same normalised) text in its
+    own scope or in `global` (which every scope sees); a global entry merges only into a global memory. Semantic
+    dedup (see the module docstring) only ever merges within the entry's own scope, and counts as a corroboration.
+    A merge unions the keywords and records what was written in `memory_merges`."""
     from cairn_cli.db.tables import Memory, memory_proxy
 
     results: list[AddResult] = []
-    fresh: list = []
+    fresh: list[tuple[int, object]] = []
+    hashes = [(sha256(e.content), sha256(normalise(e.content))) for e in entries]
+    # embedded before the transaction (a model call takes seconds; a SQLite read snapshot held that long could not
+    # become a write if another process wrote meanwhile); exact repeats of stored memories need no vector
+    repeats = _stored_repeats(entries, hashes)
+    todo = [embedding_text(e.content, e.keywords) for e, repeat in zip(entries, repeats) if not repeat]
+    model, vectors = _embed_texts(list(dict.fromkeys(todo)), embed or local_embedder(settings))
+    index = _SemanticIndex(model, settings.DEDUP_SEMANTIC_MIN) if model is not None else None
+    if todo and notes is not None:
+        if model is None:
+            notes.append("semantic dedup skipped: no embedding model answered (exact duplicates only)")
+        elif not index:
+            notes.append(f"semantic dedup off (CAIRN_DEDUP_SEMANTIC_MIN={settings.DEDUP_SEMANTIC_MIN:g})")
     with memory_proxy.atomic():
-        for entry in entries:
-            h, nh = sha256(entry.content), sha256(normalise(entry.content))
+        for entry, (h, nh) in zip(entries, hashes):
             existing = _duplicate_of(entry, h, nh)
+            vec = vectors.get(embedding_text(entry.content, entry.keywords))
+            match = index.nearest(entry, vec) if existing is None and index and vec is not None else None
             if existing is not None:
                 method = "exact" if existing.content_hash == h else "normalised"
-                results.append(AddResult(existing.id, "merged", merge_into(existing, entry, method)))
+                results.append(AddResult(existing.id, "merged", merge_into(existing, entry, method), method))
+            elif match is not None:
+                existing, cos = match
+                added = merge_into(existing, entry, "semantic", cos)
+                add_evidence(existing.id, corroborate=True, settings=settings)
+                results.append(AddResult(existing.id, "merged", added, "semantic", cos))
             else:
                 mem = Memory.create(
                     content=entry.content,
@@ -178,15 +209,117 @@ def add_memories(
                     session_id=entry.session_id,
                     confidence=confidence_of(0, 0, settings),
                 )
-                fresh.append(mem)
+                if vec is not None:
+                    fresh.append((mem.id, vec))
+                    if index:
+                        index.add(entry.scope, mem.id, vec)
                 results.append(AddResult(mem.id, "added", list(entry.keywords)))
             if progress:
                 progress(1)
-        if fresh:
-            got = (embed or local_embedder(settings))([embedding_text(m.content, m.keywords) for m in fresh])
-            if got is not None:
-                store_embeddings([m.id for m in fresh], got[1], got[0])
+        if fresh and model is not None:
+            store_embeddings([i for i, _ in fresh], [v for _, v in fresh], model)
     return results
+
+
+def _stored_repeats(entries: list[MemoryInput], hashes: list[tuple[str, str]]) -> list[bool]:
+    """Which entries repeat (same or same normalised text) a live memory of their scope or of global, in a few
+    queries: the ones that need no embedding. The transaction decides for good (`_duplicate_of`)."""
+    from cairn_cli.db.tables import Memory
+
+    wanted = sorted({x for pair in hashes for x in pair})
+    seen: set[tuple[str, str]] = set()  # (hash, scope)
+    for start in range(0, len(wanted), 400):
+        chunk = wanted[start : start + 400]
+        rows = Memory.select(Memory.content_hash, Memory.norm_hash, Memory.scope).where(
+            (Memory.content_hash.in_(chunk) | Memory.norm_hash.in_(chunk)) & Memory.superseded_by.is_null()
+        )
+        for content_hash, norm_hash, scope in cast(Iterable[tuple[str, str, str]], rows.tuples()):
+            seen.update(((content_hash, scope), (norm_hash, scope)))
+    return [any((x, scope) in seen for x in pair for scope in {e.scope, GLOBAL}) for e, pair in zip(entries, hashes)]
+
+
+def _embed_texts(texts: list[str], embed: Embedder) -> tuple[str | None, dict[str, object]]:
+    """(model name, text -> vector), or (None, {}) when nothing answered (or there was nothing to embed)."""
+    got = embed(texts) if texts else None
+    if got is None:
+        return None, {}
+    return got[0], dict(zip(texts, got[1]))
+
+
+class _SemanticIndex:
+    """The live memories of each scope an entry is written to, embedded by this call's model (loaded on first use as
+    one matrix of unit rows per scope, grown in place by the memories this call adds); `nearest` is the closest one
+    at or above the threshold that states the same numbers."""
+
+    def __init__(self, model: str, threshold: float):
+        self.model, self.threshold = model, threshold
+        self.enabled = 0.0 < threshold <= 1.0
+        self._scopes: dict[str, tuple[list[int], list[Any]]] = {}  # scope -> (ids, [matrix with spare rows])
+
+    def __bool__(self) -> bool:
+        return self.enabled
+
+    def _scope(self, scope: str, dim: int) -> tuple[list[int], list[Any]]:
+        import numpy as np
+
+        from cairn_cli.db.tables import Memory
+
+        if scope not in self._scopes:
+            rows = Memory.select(Memory.id, Memory.embedding).where(
+                (Memory.scope == scope)
+                & Memory.superseded_by.is_null()
+                & (Memory.embedding_model == self.model)
+                & Memory.embedding.is_null(False)
+            )
+            ids: list[int] = []
+            blobs: list[bytes] = []
+            for memory_id, blob in cast(Iterable[tuple[int, bytes]], rows.tuples()):
+                if len(blob) == 4 * dim:  # another dimension: not this model's vector after all
+                    ids.append(memory_id)
+                    blobs.append(bytes(blob))
+            matrix = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), dim).copy()
+            self._scopes[scope] = (ids, [_unit_rows(matrix)])
+        return self._scopes[scope]
+
+    def add(self, scope: str, memory_id: int, vec) -> None:
+        import numpy as np
+
+        v = _unit_rows(np.asarray(vec, dtype=np.float32)[None, :])[0]
+        ids, holder = self._scope(scope, len(v))
+        if len(ids) == len(holder[0]):  # full: double the rows (an import adds thousands)
+            grown = np.zeros((max(64, 2 * len(ids)), len(v)), dtype=np.float32)
+            grown[: len(ids)] = holder[0]
+            holder[0] = grown
+        holder[0][len(ids)] = v
+        ids.append(memory_id)
+
+    def nearest(self, entry: MemoryInput, vec):
+        """(the live Memory, cosine) the entry merges into, or None."""
+        import numpy as np
+
+        from cairn_cli.db.tables import Memory
+
+        v = _unit_rows(np.asarray(vec, dtype=np.float32)[None, :])[0]
+        ids, holder = self._scope(entry.scope, len(v))
+        if not ids or not v.any():
+            return None
+        # einsum, not `@`: one thread; a BLAS matrix-vector product spins up its thread pool per call and, on a busy
+        # 2-core machine, was 10-80x slower for an import's thousands of small products
+        cos = np.einsum("ij,j->i", holder[0][: len(ids)], v)
+        above = np.flatnonzero(cos >= self.threshold)
+        numbers = stated_numbers(entry.content)
+        for k in above[np.argsort(-cos[above], kind="stable")]:
+            mem = Memory.get_or_none(Memory.id == ids[k])
+            if mem is not None and mem.superseded_by is None and stated_numbers(mem.content) == numbers:
+                return mem, round(float(cos[k]), 4)
+        return None
+
+
+def _unit_rows(matrix):
+    import numpy as np
+
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    return matrix / np.where(norms > 0, norms, 1.0)
 
 
 def _duplicate_of(entry: MemoryInput, content_hash: str, norm_hash: str):
@@ -309,12 +442,14 @@ def import_jsonl(
             f"{path}: {len(rejected)} invalid line(s), nothing imported — {first}{more}",
             "fix those lines or pass --skip-invalid",
         )
-    results = add_memories([entry for _, entry in valid], settings, progress=progress, embed=embed)
+    notes: list[str] = []
+    results = add_memories([entry for _, entry in valid], settings, progress=progress, embed=embed, notes=notes)
     return ImportReport(
         added=sum(r.action == "added" for r in results),
         merged=sum(r.action == "merged" for r in results),
         rejected=rejected,
         results=results,
+        notes=notes,
     )
 
 
