@@ -2,7 +2,7 @@
 
 import pytest
 
-from cairn_cli.core.ranking.prefilter import is_self_referential_meta
+from cairn_cli.core.prefilter import is_self_referential_meta
 
 META = [
     (

@@ -9,13 +9,16 @@ without a usable embedding are embedded here and the embedding stored.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from cairn_cli import config
 from cairn_cli.config import Settings
-from cairn_cli.core.ranking.prefilter import is_self_referential_meta
-from cairn_cli.core.ranking.scoring import GLOBAL_SCOPE, Candidate, ScoringTable
+from cairn_cli.core.prefilter import is_self_referential_meta
+from cairn_cli.core.ranking.lexical import GLOBAL_SCOPE, Candidate
 from cairn_cli.core.store.memories import embedding_text
+
+if TYPE_CHECKING:
+    from cairn_cli.core.ranking.scoring import ScoringTable
 
 
 class Reranker(Protocol):
@@ -136,6 +139,8 @@ class RankEngine:
         return entry
 
     def _build(self, settings: Settings, version: tuple) -> _Table:
+        from cairn_cli.core.ranking.scoring import ScoringTable
+
         dim = self.encoder.dim if self.encoder else None
         entry = _Table(version, ScoringTable([], settings.KEYWORD_FIELD_WEIGHT, dim=dim), None)
         self._apply(entry, _load_rows(settings, self.embed_model, limit=self.max_candidates), settings)

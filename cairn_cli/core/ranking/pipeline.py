@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 from cairn_cli.config import Settings
 from cairn_cli.core.ranking.engine import Reranker
+from cairn_cli.core.ranking.lexical import Scored, ScoreTable
 from cairn_cli.core.ranking.profiles import Profile
-from cairn_cli.core.ranking.scoring import Scored, ScoringTable
 
 NO_RERANKER = "none"
 
@@ -37,7 +37,7 @@ class Selection:
 
 
 def select(
-    table: ScoringTable,
+    table: ScoreTable,
     query: str,
     similarities,
     *,

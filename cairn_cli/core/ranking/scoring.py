@@ -17,48 +17,33 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections import Counter
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from cairn_cli.clock import utcnow
+from cairn_cli.core.ranking.lexical import (  # the numpy-free part, re-exported here
+    BM25_B,
+    BM25_K1,
+    COMPONENTS,
+    GLOBAL_SCOPE,
+    Candidate,
+    Scored,
+    lexical_field,
+)
 from cairn_cli.core.text import terms
 from cairn_cli.errors import ConfigError
 
-GLOBAL_SCOPE = "global"
-COMPONENTS = ("similarity", "keywords", "scope", "confidence", "recency")
-BM25_K1 = 1.2
-BM25_B = 0.75
-
-
-@dataclass
-class Candidate:
-    """A memory as the scorer sees it (a plain view of the stored row)."""
-
-    id: int
-    content: str
-    keywords: list[str]
-    scope: str
-    kind: str
-    confidence: float
-    updated_at: dt.datetime
-    source_ref: str | None = None
-    has_embedding: bool = True
-    session_id: str | None = None  # memories written in one session, in id order, are each other's neighbours
-
-
-@dataclass
-class Scored:
-    candidate: Candidate
-    score: float
-    components: dict = field(default_factory=dict)
-
-
-def lexical_field(candidate: Candidate, keyword_weight: int) -> list[str]:
-    field_terms = terms(candidate.content)
-    for kw in candidate.keywords:
-        field_terms.extend(terms(kw) * keyword_weight)
-    return field_terms
+__all__ = [
+    "BM25_B",
+    "BM25_K1",
+    "COMPONENTS",
+    "GLOBAL_SCOPE",
+    "Candidate",
+    "LexicalIndex",
+    "Scored",
+    "ScoringTable",
+    "lexical_field",
+]
 
 
 class LexicalIndex:

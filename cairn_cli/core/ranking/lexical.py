@@ -1,0 +1,65 @@
+"""What a ranking is made of, without numpy: the candidate and scored views, the lexical field, BM25's constants,
+and the table protocol the pipeline scores with.
+
+The daemon's ScoringTable (scoring.py, numpy) and the fallback's IndexedTable (fallback.py, the store's full-text
+index, no numpy) both implement `ScoreTable`; the hook's hot path imports this module and never scoring.py.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from cairn_cli.core.text import terms
+
+GLOBAL_SCOPE = "global"
+COMPONENTS = ("similarity", "keywords", "scope", "confidence", "recency")
+BM25_K1 = 1.2
+BM25_B = 0.75
+
+
+@dataclass
+class Candidate:
+    """A memory as the scorer sees it (a plain view of the stored row)."""
+
+    id: int
+    content: str
+    keywords: list[str]
+    scope: str
+    kind: str
+    confidence: float
+    updated_at: dt.datetime
+    source_ref: str | None = None
+    has_embedding: bool = True
+    session_id: str | None = None  # memories written in one session, in id order, are each other's neighbours
+
+
+@dataclass
+class Scored:
+    candidate: Candidate
+    score: float
+    components: dict = field(default_factory=dict)
+
+
+def lexical_field(candidate: Candidate, keyword_weight: int) -> list[str]:
+    field_terms = terms(candidate.content)
+    for kw in candidate.keywords:
+        field_terms.extend(terms(kw) * keyword_weight)
+    return field_terms
+
+
+class ScoreTable(Protocol):
+    """A store's memories as the pipeline scores them: the best `top` in scope, best first, every component."""
+
+    def score(
+        self,
+        query_text: str,
+        similarities,
+        *,
+        scope: str | None,
+        weights: dict[str, float],
+        half_life_days: float,
+        now: dt.datetime | None = None,
+        top: int | None = None,
+    ) -> list[Scored]: ...
