@@ -111,12 +111,6 @@ _SETTINGS = [
         str,
         "auto: rank in the daemon, else the lexical fallback; off: rank in this process with the models.",
     ),
-    Setting(
-        "FALLBACK_MAX_CANDIDATES",
-        5000,
-        int,
-        "Daemon down: the lexical fallback ranks only this many most recently updated memories.",
-    ),
     Setting("DAEMON_TIMEOUT_MS", 1500, int, "Hook client's connect+read timeout before the in-process fallback."),
     Setting(
         "DAEMON_BACKOFF_S",

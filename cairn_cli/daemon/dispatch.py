@@ -119,11 +119,7 @@ def _in_process(fields: dict, overrides: dict, *, fallback: str | None) -> dict:
 
     settings = Settings(**overrides)
     open_stores(settings)
-    engine = (
-        RankEngine.lexical_fallback(fallback, settings.FALLBACK_MAX_CANDIDATES)
-        if fallback
-        else RankEngine.in_process(settings)
-    )
+    engine = RankEngine.lexical_fallback(fallback) if fallback else RankEngine.in_process(settings)
     return run_rank(RankRequest(**fields), settings, engine).as_dict()
 
 

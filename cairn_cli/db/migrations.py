@@ -181,11 +181,157 @@ def _evidence_applied(db: peewee.Database) -> None:
                     )
 
 
+# The full-text index (core/store/fulltext.py writes it, core/ranking/fallback.py reads it). The memories' own
+# triggers queue every memory whose indexed fields change in `fulltext_pending`, in the writing transaction
+# itself; cairn then replaces the memory's `fulltext_docs` row (its stemmed terms, computed in Python) and, on
+# SQLite, the triggers below keep the postings, the per-term and the per-scope statistics in step with that row.
+# 2 is the keyword weight the postings are counted at (FULLTEXT_KEYWORD_WEIGHT in core/store/fulltext.py).
+_FULLTEXT_SQLITE = (
+    """
+    CREATE TABLE fulltext_docs (
+        memory_id INTEGER PRIMARY KEY, scope TEXT NOT NULL, meta INTEGER NOT NULL,
+        content_len INTEGER NOT NULL, keyword_len INTEGER NOT NULL, terms TEXT NOT NULL)
+    """,
+    """
+    CREATE INDEX fulltext_docs_scope ON fulltext_docs (scope, meta, memory_id)
+    """,
+    """
+    CREATE TABLE fulltext_scopes (
+        id INTEGER PRIMARY KEY, scope TEXT NOT NULL UNIQUE, n INTEGER NOT NULL, n_meta INTEGER NOT NULL,
+        content_len INTEGER NOT NULL, keyword_len INTEGER NOT NULL,
+        content_len_meta INTEGER NOT NULL, keyword_len_meta INTEGER NOT NULL)
+    """,
+    """
+    CREATE TABLE fulltext_postings (
+        term TEXT NOT NULL, scope_id INTEGER NOT NULL, memory_id INTEGER NOT NULL, tf INTEGER NOT NULL,
+        dl INTEGER NOT NULL, PRIMARY KEY (term, scope_id, memory_id)) WITHOUT ROWID
+    """,
+    """
+    CREATE TABLE fulltext_terms (
+        term TEXT PRIMARY KEY, df INTEGER NOT NULL, df_meta INTEGER NOT NULL, tf_max INTEGER NOT NULL,
+        dl_min INTEGER NOT NULL) WITHOUT ROWID
+    """,
+    """
+    CREATE TABLE fulltext_pending (memory_id INTEGER PRIMARY KEY)
+    """,
+    """
+    CREATE TRIGGER fulltext_docs_added AFTER INSERT ON fulltext_docs BEGIN
+        INSERT INTO fulltext_scopes
+            (scope, n, n_meta, content_len, keyword_len, content_len_meta, keyword_len_meta)
+            VALUES (NEW.scope, 0, 0, 0, 0, 0, 0) ON CONFLICT (scope) DO NOTHING;
+        UPDATE fulltext_scopes SET
+            n = n + 1 - NEW.meta, n_meta = n_meta + NEW.meta,
+            content_len = content_len + (1 - NEW.meta) * NEW.content_len,
+            keyword_len = keyword_len + (1 - NEW.meta) * NEW.keyword_len,
+            content_len_meta = content_len_meta + NEW.meta * NEW.content_len,
+            keyword_len_meta = keyword_len_meta + NEW.meta * NEW.keyword_len
+            WHERE scope = NEW.scope;
+        INSERT INTO fulltext_postings (term, scope_id, memory_id, tf, dl)
+            SELECT t.key, s.id, NEW.memory_id,
+                json_extract(t.value, '$[0]') + 2 * json_extract(t.value, '$[1]'),
+                NEW.content_len + 2 * NEW.keyword_len
+            FROM json_each(NEW.terms) AS t, fulltext_scopes AS s
+            WHERE s.scope = NEW.scope AND NEW.meta = 0;
+        INSERT INTO fulltext_terms (term, df, df_meta, tf_max, dl_min)
+            SELECT t.key, 1 - NEW.meta, NEW.meta,
+                CASE NEW.meta WHEN 0 THEN json_extract(t.value, '$[0]') + 2 * json_extract(t.value, '$[1]') ELSE 0 END,
+                CASE NEW.meta WHEN 0 THEN NEW.content_len + 2 * NEW.keyword_len ELSE 1073741824 END
+            FROM json_each(NEW.terms) AS t WHERE true
+            ON CONFLICT (term) DO UPDATE SET
+                df = df + excluded.df, df_meta = df_meta + excluded.df_meta,
+                tf_max = max(tf_max, excluded.tf_max), dl_min = min(dl_min, excluded.dl_min);
+    END
+    """,
+    """
+    CREATE TRIGGER fulltext_docs_removed AFTER DELETE ON fulltext_docs BEGIN
+        DELETE FROM fulltext_postings
+            WHERE scope_id = (SELECT id FROM fulltext_scopes WHERE scope = OLD.scope)
+            AND memory_id = OLD.memory_id AND term IN (SELECT key FROM json_each(OLD.terms));
+        UPDATE fulltext_terms SET df = df - 1 + OLD.meta, df_meta = df_meta - OLD.meta
+            WHERE term IN (SELECT key FROM json_each(OLD.terms));
+        DELETE FROM fulltext_terms
+            WHERE df = 0 AND df_meta = 0 AND term IN (SELECT key FROM json_each(OLD.terms));
+        UPDATE fulltext_scopes SET
+            n = n - 1 + OLD.meta, n_meta = n_meta - OLD.meta,
+            content_len = content_len - (1 - OLD.meta) * OLD.content_len,
+            keyword_len = keyword_len - (1 - OLD.meta) * OLD.keyword_len,
+            content_len_meta = content_len_meta - OLD.meta * OLD.content_len,
+            keyword_len_meta = keyword_len_meta - OLD.meta * OLD.keyword_len
+            WHERE scope = OLD.scope;
+    END
+    """,
+    """
+    CREATE TRIGGER fulltext_docs_replaced_not_updated BEFORE UPDATE ON fulltext_docs BEGIN
+        SELECT RAISE(ABORT, 'a fulltext_docs row is deleted and inserted again, never updated');
+    END
+    """,
+    """
+    CREATE TRIGGER memories_fulltext_insert AFTER INSERT ON memories BEGIN
+        INSERT OR IGNORE INTO fulltext_pending (memory_id) VALUES (NEW.id);
+    END
+    """,
+    """
+    CREATE TRIGGER memories_fulltext_update AFTER UPDATE ON memories
+        WHEN OLD.content IS NOT NEW.content OR OLD.keywords IS NOT NEW.keywords OR OLD.kind IS NOT NEW.kind
+            OR OLD.scope IS NOT NEW.scope OR OLD.superseded_by IS NOT NEW.superseded_by
+    BEGIN
+        INSERT OR IGNORE INTO fulltext_pending (memory_id) VALUES (NEW.id);
+    END
+    """,
+    """
+    CREATE TRIGGER memories_fulltext_delete AFTER DELETE ON memories BEGIN
+        INSERT OR IGNORE INTO fulltext_pending (memory_id) VALUES (OLD.id);
+    END
+    """,
+)
+_FULLTEXT_POSTGRES = (
+    """
+    CREATE TABLE fulltext_docs (
+        memory_id INTEGER PRIMARY KEY, scope VARCHAR(200) NOT NULL, meta SMALLINT NOT NULL,
+        content_len INTEGER NOT NULL, keyword_len INTEGER NOT NULL, terms TEXT NOT NULL, tsv TSVECTOR NOT NULL)
+    """,
+    """
+    CREATE INDEX fulltext_docs_scope ON fulltext_docs (scope, meta, memory_id)
+    """,
+    """
+    CREATE INDEX fulltext_docs_tsv ON fulltext_docs USING GIN (tsv)
+    """,
+    """
+    CREATE TABLE fulltext_pending (memory_id INTEGER PRIMARY KEY)
+    """,
+    """
+    CREATE FUNCTION cairn_fulltext_pending() RETURNS trigger LANGUAGE plpgsql AS $body$
+    BEGIN
+        IF TG_OP = 'DELETE' THEN
+            INSERT INTO fulltext_pending (memory_id) VALUES (OLD.id) ON CONFLICT DO NOTHING;
+            RETURN OLD;
+        END IF;
+        IF TG_OP = 'INSERT' OR OLD.content IS DISTINCT FROM NEW.content OR OLD.keywords IS DISTINCT FROM NEW.keywords
+            OR OLD.kind IS DISTINCT FROM NEW.kind OR OLD.scope IS DISTINCT FROM NEW.scope
+            OR OLD.superseded_by IS DISTINCT FROM NEW.superseded_by THEN
+            INSERT INTO fulltext_pending (memory_id) VALUES (NEW.id) ON CONFLICT DO NOTHING;
+        END IF;
+        RETURN NEW;
+    END
+    $body$
+    """,
+)
+
+
+def _memories_fulltext(db: peewee.Database) -> None:
+    """The full-text index's tables and triggers, and every live memory queued for it: the first cairn process that
+    opens the store indexes them (the stemming is cairn's own, core/text.py, which a migration does not import)."""
+    for statement in _FULLTEXT_POSTGRES if isinstance(db, peewee.PostgresqlDatabase) else _FULLTEXT_SQLITE:
+        db.execute_sql(statement)
+    db.execute_sql("INSERT INTO fulltext_pending (memory_id) SELECT id FROM memories WHERE superseded_by IS NULL")
+
+
 MEMORY_MIGRATIONS: list[Migration] = [
     ("0001_memories", _memories_v1),
     ("0002_machine_state", _machine_state_v1),
     ("0003_memories_updated_at_index", _memories_updated_at_index),
     ("0004_memory_merges", _memory_merges),
+    ("0005_memories_fulltext", _memories_fulltext),
 ]
 EPHEMERAL_MIGRATIONS: list[Migration] = [
     ("0001_memory_deliveries", _deliveries_v1),

@@ -3,7 +3,8 @@
 A `RankEngine` holds the embedding encoder (None in the lexical fallback), the cross-encoder (None: no rerank
 stage) and a cache of scoring tables keyed by the store's version, refreshed in place by the rows that changed.
 The daemon keeps one engine for its lifetime; an in-process call builds one for itself. Memories that arrived
-without a usable embedding are embedded here and the embedding stored.
+without a usable embedding are embedded here and the embedding stored. The lexical fallback loads no table: it
+reads the store's full-text index (core/ranking/fallback.py).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 from cairn_cli import config
 from cairn_cli.config import Settings
 from cairn_cli.core.prefilter import is_self_referential_meta
-from cairn_cli.core.ranking.lexical import GLOBAL_SCOPE, Candidate
+from cairn_cli.core.ranking.lexical import GLOBAL_SCOPE, Candidate, ScoreTable
 from cairn_cli.core.store.memories import embedding_text
 
 if TYPE_CHECKING:
@@ -28,13 +29,6 @@ class Reranker(Protocol):
     def logits(self, query: str, texts: list[str], *, prompt: str | None = None) -> list[float]: ...
 
     def score_from_logits(self, raw: list[float]) -> list[float]: ...
-
-
-def known_scopes(settings: Settings) -> list[str]:
-    from cairn_cli.db.tables import Memory
-
-    rows = Memory.select(Memory.scope).where(Memory.superseded_by.is_null()).distinct()
-    return sorted({r.scope for r in rows} | {GLOBAL_SCOPE})
 
 
 def store_version(settings: Settings) -> tuple:
@@ -65,6 +59,24 @@ class _Table:
             return len(self.meta_scopes)
         return sum(1 for s in self.meta_scopes.values() if s in (scope, GLOBAL_SCOPE))
 
+    def in_scope_count(self, scope: str | None) -> int:
+        return int(self.table.in_scope(scope).sum()) if len(self.table) else 0
+
+
+class RankEntry(Protocol):
+    """What a ranking reads of a store: its table, its known scopes, how many memories are in scope and how many
+    the prefilter dropped (the daemon's _Table; the fallback's IndexedEntry)."""
+
+    @property
+    def table(self) -> ScoreTable: ...
+
+    @property
+    def scopes(self) -> list[str]: ...
+
+    def prefiltered(self, scope: str | None) -> int: ...
+
+    def in_scope_count(self, scope: str | None) -> int: ...
+
 
 class RankEngine:
     def __init__(
@@ -75,12 +87,12 @@ class RankEngine:
         ranker: str = "cairn",
         notes: list[str] | None = None,
         warnings: list[str] | None = None,
-        max_candidates: int | None = None,
+        indexed: bool = False,
     ):
         self.encoder = encoder
         self.reranker = reranker
         self.ranker = ranker
-        self.max_candidates = max_candidates
+        self.indexed = indexed  # rank from the store's full-text index (the fallback), no table kept
         self.notes = list(notes or [])  # about how every ranking of this engine is made (the fallback's reason)
         self.warnings = list(warnings or [])  # about the models (one missing, one that failed to load)
         self._tables: dict[tuple, _Table] = {}
@@ -95,33 +107,36 @@ class RankEngine:
         return cls(get_encoder(settings.EMBED_MODEL, settings.EMBED_DTYPE), reranker, warnings=warnings)
 
     @classmethod
-    def lexical_fallback(cls, reason: str, max_candidates: int | None = None) -> RankEngine:
-        """No model at all: keywords and scope over the newest `max_candidates` memories (a hook must answer
-        fast even with a huge store and no daemon). Its provenance says so."""
-        cap = f"; the {max_candidates} most recently updated memories only" if max_candidates else ""
-        return cls(
-            None, None, ranker="cairn-fallback", notes=[f"fallback: {reason}{cap}"], max_candidates=max_candidates
-        )
+    def lexical_fallback(cls, reason: str) -> RankEngine:
+        """No model at all: keywords and scope over every live memory, read from the store's full-text index (a
+        hook must answer fast even with a huge store and no daemon). Its provenance says so."""
+        return cls(None, None, ranker="cairn-fallback", notes=[f"fallback: {reason}"], indexed=True)
 
     @property
     def embed_model(self) -> str | None:
         return self.encoder.name if self.encoder else None
 
-    def table(self, settings: Settings) -> _Table:
+    def table(self, settings: Settings) -> RankEntry:
         """The store's table, refreshed in place by the rows changed since it was built (rebuilt when rows
-        disappeared or half its slots are dead)."""
+        disappeared or half its slots are dead); the fallback's reads the full-text index instead."""
+        if self.indexed:
+            from cairn_cli.core.ranking.fallback import IndexedEntry
+
+            return IndexedEntry(settings, self.notes)
+        return self._warm_table(settings)
+
+    def _warm_table(self, settings: Settings) -> _Table:
         version = store_version(settings)
         key = (
             version[0],
             settings.RELEVANCE_PREFILTER_ENABLED,
             settings.KEYWORD_FIELD_WEIGHT,
             self.embed_model,
-            self.max_candidates,
         )
         entry = self._tables.get(key)
         if entry is not None and entry.version == version:
             return entry
-        if entry is None or self.max_candidates or version[1] < entry.version[1] or entry.table.dead_fraction > 0.5:
+        if entry is None or version[1] < entry.version[1] or entry.table.dead_fraction > 0.5:
             entry = self._build(settings, version)
         else:
             self._apply(
@@ -130,11 +145,7 @@ class RankEngine:
                 settings,
             )
             entry.version = version
-        entry.scopes = (
-            known_scopes(settings)
-            if self.max_candidates
-            else sorted(entry.table.live_scopes() | set(entry.meta_scopes.values()) | {GLOBAL_SCOPE})
-        )
+        entry.scopes = sorted(entry.table.live_scopes() | set(entry.meta_scopes.values()) | {GLOBAL_SCOPE})
         self._tables[key] = entry
         return entry
 
@@ -143,7 +154,7 @@ class RankEngine:
 
         dim = self.encoder.dim if self.encoder else None
         entry = _Table(version, ScoringTable([], settings.KEYWORD_FIELD_WEIGHT, dim=dim), None)
-        self._apply(entry, _load_rows(settings, self.embed_model, limit=self.max_candidates), settings)
+        self._apply(entry, _load_rows(settings, self.embed_model), settings)
         entry.table.index.freeze()
         entry.table.arrays()  # stack the embedding matrix now, not on the first prompt
         return entry
@@ -183,11 +194,9 @@ class RankEngine:
         return self.encoder.encode(texts)
 
 
-def _load_rows(
-    settings: Settings, embed_model: str | None, *, changed_since=None, after_id: int = 0, limit: int | None = None
-):
+def _load_rows(settings: Settings, embed_model: str | None, *, changed_since=None, after_id: int = 0):
     """(Candidate, embedding blob or None, superseded?, updated_at) per memory: all live ones, or the rows
-    changed since a point (superseded ones included, so that they leave the table), or the newest `limit`."""
+    changed since a point (superseded ones included, so that they leave the table)."""
     from cairn_cli.db.tables import Memory
 
     fields = [
@@ -210,9 +219,7 @@ def _load_rows(
         query = query.where((Memory.updated_at >= changed_since) | (Memory.id > after_id))
     else:
         query = query.where(Memory.superseded_by.is_null())
-    query = (
-        query.order_by(Memory.updated_at.desc(), Memory.id.desc()).limit(limit) if limit else query.order_by(Memory.id)
-    )
+    query = query.order_by(Memory.id)
     for m in query:
         usable = bool(embed_model) and m.embedding is not None and m.embedding_model == embed_model
         yield (

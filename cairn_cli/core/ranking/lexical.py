@@ -50,7 +50,12 @@ def lexical_field(candidate: Candidate, keyword_weight: int) -> list[str]:
 
 
 class ScoreTable(Protocol):
-    """A store's memories as the pipeline scores them: the best `top` in scope, best first, every component."""
+    """A store's memories as the pipeline scores them: the best `top` in scope, best first, every component;
+    `similarities` aligns a query embedding's cosines with the table (None: the table has no embeddings)."""
+
+    def __len__(self) -> int: ...
+
+    def similarities(self, query_vec): ...
 
     def score(
         self,
@@ -62,4 +67,5 @@ class ScoreTable(Protocol):
         half_life_days: float,
         now: dt.datetime | None = None,
         top: int | None = None,
+        neighbour_weight: float = 0.0,
     ) -> list[Scored]: ...

@@ -148,7 +148,7 @@ def rank(request: RankRequest, settings: Settings, engine: RankEngine) -> RankRe
     clock.lap("rerank" if selection.reranked else "score")
     notes.extend(selection.notes)
     dropped = {"prefilter": entry.prefiltered(scope), **selection.dropped}
-    in_scope = int(entry.table.in_scope(scope).sum()) if len(entry.table) else 0
+    in_scope = entry.in_scope_count(scope)
     result = _compose(request, settings, context, selection, dropped, in_scope + dropped["prefilter"], engine, notes)
     if request.commit_deadline is not None and time.time() > request.commit_deadline:
         raise DeadlineExceeded(

@@ -23,6 +23,7 @@ import orjson
 
 from cairn_cli.clock import utcnow
 from cairn_cli.config import Settings
+from cairn_cli.core.store import fulltext
 from cairn_cli.core.text import clean_keywords, normalise, sha256, stated_numbers
 from cairn_cli.errors import InvalidInput, NotFound
 
@@ -216,6 +217,7 @@ def add_memories(
                 results.append(AddResult(mem.id, "added", list(entry.keywords)))
             if progress:
                 progress(1)
+        fulltext.sync()  # the new memories and the merged ones' keywords, in this transaction
         if fresh and model is not None:
             store_embeddings([i for i, _ in fresh], [v for _, v in fresh], model)
     return results
@@ -523,6 +525,7 @@ def supersede(old_id: int, new_id: int, settings: Settings) -> MemoryView:
         old.superseded_by = new.id
         old.updated_at = utcnow()
         old.save()
+        fulltext.sync()  # OLD leaves the full-text index in this transaction
     return _view(old)
 
 

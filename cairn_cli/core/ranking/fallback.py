@@ -1,0 +1,465 @@
+"""The lexical fallback's table: the composite of every live memory in scope, read from the store's full-text index.
+
+The daemon ranks from a table it keeps warm (scoring.py). When it does not answer, the hook's own process ranks
+with keywords and scope only, and must be fast whatever the store's size, with no model and no numpy. It gives
+exactly the daemon's composite without embeddings (the same BM25, k1 1.2, b 0.75, idf log(1 + (N - df + 0.5) /
+(df + 0.5)), over the same memories: live, not bucket 4 unless the prefilter is off; the same max-normalisation,
+scope bonus and tie-break by newer id), computed in a different order:
+
+- Top-k by BM25 per scope group (the requested scope, global; or all memories), term at a time with MaxScore's
+  bound: the query's terms are read rarest first from the index's postings, adding each memory's exact
+  contribution; once the terms left could add less than the k-th best partial score, no memory not yet seen can
+  enter the top k, so the rest of the postings (the common terms, the long lists) are never read. The memories
+  whose partial score plus that bound still reaches the k-th best are completed from their stored term counts.
+  Within a group the composite is increasing in BM25 (same scope bonus), so the top k of the composite over all
+  groups is among the groups' top k; each group also offers its k newest memories (the ties at BM25 0 go to the
+  newer id).
+- Without the postings (PostgreSQL; a keyword weight other than the one the postings are counted at; a confidence
+  or recency weight, which makes every memory a candidate), every memory that contains a query term (and every
+  memory in scope, for those weights) is scored from its stored counts.
+- A store whose index is behind (a write the index has not seen) and that this process cannot update is scored
+  from the memories themselves, slowly, rather than from a stale index.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import heapq
+import math
+from collections.abc import Iterable, Sequence
+
+import orjson
+
+from cairn_cli.clock import utcnow
+from cairn_cli.config import Settings
+from cairn_cli.core.ranking.lexical import BM25_B, BM25_K1, COMPONENTS, GLOBAL_SCOPE, Candidate, Scored
+from cairn_cli.core.store import fulltext
+from cairn_cli.core.text import terms
+from cairn_cli.errors import ConfigError
+
+_EPS = 1e-9  # relative slack on every bound: a memory at the bound is completed, never skipped
+
+
+class _Stats:
+    """The BM25 collection statistics of the table (the memories that can rank) at a keyword weight."""
+
+    def __init__(self, scope_rows: Iterable[tuple], prefilter: bool, weight: int):
+        self.scope_id: dict[str, int] = {}
+        n = clen = klen = 0
+        for sid, scope, n_plain, n_meta, c_plain, k_plain, c_meta, k_meta in scope_rows:
+            if sid is not None:
+                self.scope_id[scope] = sid
+            n += n_plain + (0 if prefilter else n_meta)
+            clen += c_plain + (0 if prefilter else c_meta)
+            klen += k_plain + (0 if prefilter else k_meta)
+        self.n = n
+        self.avgdl = (clen + weight * klen) / n if n else 0.0
+
+    def idf(self, df: int) -> float:
+        return math.log(1.0 + (self.n - df + 0.5) / (df + 0.5))
+
+
+Group = tuple[list[str] | None, bool]  # (its scopes, None: every memory; do they get the scope bonus)
+
+
+def _groups(scope: str | None) -> list[Group]:
+    """The requested scope and global, global alone, or every memory."""
+    if scope and scope != GLOBAL_SCOPE:
+        return [([scope], True), ([GLOBAL_SCOPE], False)]
+    if scope == GLOBAL_SCOPE:
+        return [([GLOBAL_SCOPE], False)]
+    return [(None, False)]
+
+
+class IndexedEntry:
+    """What `rank()` reads of the fallback's store: the table, the known scopes, the in-scope and prefilter counts.
+    `notes` receives what the ranking's provenance must say (an index that could not be brought up to date)."""
+
+    def __init__(self, settings: Settings, notes: list[str]):
+        from cairn_cli.db import fulltext as sql
+
+        self.prefilter = bool(settings.RELEVANCE_PREFILTER_ENABLED)
+        self.weight = int(settings.KEYWORD_FIELD_WEIGHT)
+        self.rows: list[tuple] | None = None  # index rows computed here (an index this process cannot update)
+        if fulltext.is_behind():
+            failed = fulltext.sync_if_behind()
+            if failed:
+                self.rows = fulltext.rows_of(sql.all_memory_rows())
+                notes.append(f"full-text index behind and not writable ({failed}): every memory scored in memory")
+        self.scope_rows = sql.scope_stats() if self.rows is None else _scope_rows(self.rows)
+        self.counts = {row[1]: (row[2], row[3]) for row in self.scope_rows}  # scope -> (ranked, bucket 4)
+        self.scopes = sorted({s for s, (n, n_meta) in self.counts.items() if n + n_meta} | {GLOBAL_SCOPE})
+        self.table = IndexedTable(self)
+
+    def _counts(self, scope: str | None) -> tuple[int, int]:
+        scopes = {s for group, _ in _groups(scope) for s in (group if group is not None else self.counts)}
+        return (
+            sum(self.counts.get(s, (0, 0))[0] for s in scopes),
+            sum(self.counts.get(s, (0, 0))[1] for s in scopes),
+        )
+
+    def prefiltered(self, scope: str | None) -> int:
+        return self._counts(scope)[1] if self.prefilter else 0
+
+    def in_scope_count(self, scope: str | None) -> int:
+        n, n_meta = self._counts(scope)
+        return n + (0 if self.prefilter else n_meta)
+
+
+def _scope_rows(rows: Iterable[tuple]) -> list[tuple]:
+    """scope_stats() of index rows held in memory."""
+    out: dict[str, list] = {}
+    for _, scope, meta, clen, klen, _terms in rows:
+        row = out.setdefault(scope, [None, scope, 0, 0, 0, 0, 0, 0])
+        row[3 if meta else 2] += 1
+        row[6 if meta else 4] += clen
+        row[7 if meta else 5] += klen
+    return [tuple(r) for r in out.values()]
+
+
+class IndexedTable:
+    """The fallback's ScoreTable (lexical.py): ScoringTable.score's ranking and components, similarity 0."""
+
+    def __init__(self, entry: IndexedEntry):
+        self.entry = entry
+
+    def __len__(self) -> int:
+        return self.entry.in_scope_count(None)
+
+    def similarities(self, query_vec) -> None:
+        return None
+
+    def score(
+        self,
+        query_text: str,
+        similarities,
+        *,
+        scope: str | None,
+        weights: dict[str, float],
+        half_life_days: float,
+        now: dt.datetime | None = None,
+        top: int | None = None,
+    ) -> list[Scored]:
+        for name in weights:
+            if name not in COMPONENTS:
+                raise ConfigError(f"unknown score weight {name!r}", f"use the components {', '.join(COMPONENTS)}")
+        entry = self.entry
+        in_scope = entry.in_scope_count(scope)
+        want = in_scope if top is None else min(top, in_scope)
+        if want <= 0:
+            return []
+        from cairn_cli.db import fulltext as sql
+
+        query = sorted(set(terms(query_text)))
+        every_memory = bool(weights.get("confidence") or weights.get("recency"))
+        source: _Source = _IndexSource(entry.prefilter) if entry.rows is None else _RowSource(entry)
+        stats = _Stats(entry.scope_rows, entry.prefilter, entry.weight)
+        fast = (
+            entry.rows is None
+            and not sql.is_postgres()
+            and entry.weight == fulltext.FULLTEXT_KEYWORD_WEIGHT
+            and weights.get("keywords", 0) > 0
+            and not every_memory
+        )
+        bm25: dict[int, float] = {}
+        bonus: set[int] = set()
+        for scopes, is_requested in _groups(scope):
+            if fast:
+                got = _maxscore(source, stats, query, scopes, want, entry.prefilter)
+            else:
+                got = _exhaustive(source, stats, query, scopes, want, entry, every_memory)
+            bm25.update(got)
+            if is_requested:
+                bonus.update(got)
+        return _compose(bm25, bonus, weights, half_life_days, now, want)
+
+
+# --- where the term counts come from ---------------------------------------------------------------------------
+
+
+class _Source:
+    """Rows (memory_id, scope, meta, content_len, keyword_len, terms JSON) of the index."""
+
+    def docs(self, ids: Sequence[int]) -> list[tuple]:
+        raise NotImplementedError
+
+    def newest(self, scopes: list[str] | None, k: int) -> list[int]:
+        raise NotImplementedError
+
+    def meta_docs(self, scopes: list[str] | None) -> list[tuple]:
+        raise NotImplementedError
+
+    def containing(self, query: Sequence[str]) -> list[tuple]:
+        raise NotImplementedError
+
+    def scope_docs(self, scopes: list[str] | None) -> list[tuple]:
+        raise NotImplementedError
+
+
+class _IndexSource(_Source):
+    """The store's full-text index."""
+
+    def __init__(self, prefilter: bool):
+        self.prefilter = prefilter
+
+    def docs(self, ids):
+        from cairn_cli.db import fulltext as sql
+
+        return sql.docs(ids)
+
+    def newest(self, scopes, k):
+        from cairn_cli.db import fulltext as sql
+
+        return sql.newest(scopes, k, with_meta=not self.prefilter)
+
+    def meta_docs(self, scopes):
+        from cairn_cli.db import fulltext as sql
+
+        return sql.meta_docs(scopes)
+
+    def containing(self, query):
+        from cairn_cli.db import fulltext as sql
+
+        return sql.containing(query)
+
+    def scope_docs(self, scopes):
+        from cairn_cli.db import fulltext as sql
+
+        return sql.scope_docs(scopes)
+
+
+class _RowSource(_Source):
+    """Index rows computed in this process from the memories themselves."""
+
+    def __init__(self, entry: IndexedEntry):
+        self.prefilter = entry.prefilter
+        self.rows = entry.rows or []
+        self.by_id = {r[0]: r for r in self.rows}
+
+    def docs(self, ids):
+        return [self.by_id[i] for i in ids if i in self.by_id]
+
+    def scope_docs(self, scopes):
+        return [r for r in self.rows if scopes is None or r[1] in scopes]
+
+    def newest(self, scopes, k):
+        return sorted((r[0] for r in self.scope_docs(scopes) if not (r[2] and self.prefilter)), reverse=True)[:k]
+
+    def meta_docs(self, scopes):
+        return [r for r in self.scope_docs(scopes) if r[2]]
+
+    def containing(self, query):
+        wanted = set(query)
+        return [r for r in self.rows if not wanted.isdisjoint(orjson.loads(r[5]))]
+
+
+# --- BM25 ------------------------------------------------------------------------------------------------------
+
+
+def _doc_bm25(doc: tuple, idf: dict[str, float], weight: int, avgdl: float) -> float:
+    """BM25 of one index row for the terms of `idf`."""
+    counts = orjson.loads(doc[5])
+    norm = BM25_K1 * (1 - BM25_B + BM25_B * (doc[3] + weight * doc[4]) / avgdl) if avgdl else BM25_K1
+    score = 0.0
+    for term, w in idf.items():
+        c = counts.get(term)
+        if c is not None:
+            tf = c[0] + weight * c[1]
+            if tf:
+                score += w * tf * (BM25_K1 + 1) / (tf + norm)
+    return score
+
+
+def _maxscore(
+    source: _Source, stats: _Stats, query: list[str], scopes: list[str] | None, k: int, prefilter: bool
+) -> dict[int, float]:
+    """Exact BM25 of one scope group's top `k` (by BM25, then newer id) and of its `k` newest memories, reading
+    only the postings that can change the top k (the postings are at FULLTEXT_KEYWORD_WEIGHT)."""
+    from cairn_cli.db import fulltext as sql
+
+    weight = fulltext.FULLTEXT_KEYWORD_WEIGHT
+    avgdl = stats.avgdl
+    c1 = BM25_K1 * (1 - BM25_B)
+    c2 = BM25_K1 * BM25_B / avgdl if avgdl else 0.0
+    idf: dict[str, float] = {}
+    plan: list[tuple[float, str]] = []  # (the most one memory can get from the term, the term), largest first
+    for term, (df, df_meta, tf_max, dl_min) in sql.term_stats(query).items():
+        full_df = df + (0 if prefilter else df_meta)
+        if full_df:
+            idf[term] = stats.idf(full_df)
+        if df:  # postings exist: tf <= tf_max and length >= dl_min over them
+            plan.append((idf[term] * tf_max * (BM25_K1 + 1) / (tf_max + c1 + c2 * dl_min), term))
+    plan.sort(reverse=True)
+    left = [0.0] * (len(plan) + 1)  # left[i]: the most the terms from i on can add to a memory
+    for i in range(len(plan) - 1, -1, -1):
+        left[i] = left[i + 1] + plan[i][0]
+    postings = sql.postings_query(
+        None if scopes is None else [stats.scope_id[s] for s in scopes if s in stats.scope_id]
+    )
+    acc: dict[int, float] = {}  # memory -> its BM25 over the terms read so far
+    best: list[int] = []  # the k best of acc, once worth tracking
+    theta = 0.0  # the k-th best of acc: no more than the k-th best final score
+    stop = len(plan)
+    for i, (_, term) in enumerate(plan):
+        if left[i] < theta * (1 - _EPS):
+            stop = i  # a memory seen in none of the terms read so far scores under theta: the top k is among acc
+            break
+        a = idf[term] * (BM25_K1 + 1)
+        get = acc.get
+        rows = postings(term)
+        for memory_id, tf, dl in rows:
+            acc[memory_id] = get(memory_id, 0.0) + a * tf / (tf + c1 + c2 * dl)
+        if len(acc) < k or left[i + 1] >= left[0] - left[i + 1]:
+            continue  # theta <= the largest partial score <= what was read: no stop is possible yet
+        pool = {r[0] for r in rows}.union(best) if best else set(acc)
+        best = heapq.nlargest(k, pool, key=acc.__getitem__)
+        theta = acc[best[-1]]
+    rest = {term: idf[term] for _, term in plan[stop:]}
+    bound = left[stop]
+    top: list[tuple[float, int]] = []  # a min-heap of the k best (score, id) known exactly
+    fetched: dict[int, tuple] = {}
+    if not rest:
+        top = heapq.nlargest(k, ((v, d) for d, v in acc.items()))
+    else:  # complete the memories that may still reach the top k, best partial score first
+        order = sorted(((v, d) for d, v in acc.items() if v + bound >= theta - _EPS * max(theta, 1.0)), reverse=True)
+        for start in range(0, len(order), 64):
+            limit = top[0][0] if len(top) >= k else theta
+            batch = [d for v, d in order[start : start + 64] if v + bound >= limit - _EPS * max(limit, 1.0)]
+            if not batch:
+                break
+            for doc in source.docs(batch):
+                fetched[doc[0]] = doc
+                item = (acc[doc[0]] + _doc_bm25(doc, rest, weight, avgdl), doc[0])
+                if len(top) < k:
+                    heapq.heappush(top, item)
+                elif item > top[0]:
+                    heapq.heapreplace(top, item)
+    out = {d: v for v, d in top}
+    newest = [d for d in source.newest(scopes, k) if d not in out]
+    more = [fetched[d] for d in newest if d in fetched] + source.docs([d for d in newest if d not in fetched])
+    if not prefilter:
+        more += source.meta_docs(scopes)  # bucket-4 memories have no postings
+    for doc in more:
+        out[doc[0]] = _doc_bm25(doc, idf, weight, avgdl)
+    return out
+
+
+def _exhaustive(
+    source: _Source,
+    stats: _Stats,
+    query: list[str],
+    scopes: list[str] | None,
+    k: int,
+    entry: IndexedEntry,
+    every_memory: bool,
+) -> dict[int, float]:
+    """Exact BM25 of every memory of one scope group that contains a query term, and of its `k` newest (of all of
+    them when `every_memory`); the document frequencies are counted from the rows (any keyword weight)."""
+    weight = entry.weight
+    df: dict[str, int] = dict.fromkeys(query, 0)
+    hits = []
+    for doc in source.containing(query):
+        if doc[2] and entry.prefilter:
+            continue
+        counts = orjson.loads(doc[5])
+        hit = False
+        for term in df.keys() & counts.keys():
+            c = counts[term]
+            if c[0] + weight * c[1]:
+                df[term] += 1
+                hit = True
+        if hit:
+            hits.append(doc)
+    idf = {t: stats.idf(n) for t, n in df.items() if n}
+    wanted = None if scopes is None else set(scopes)
+    out = {d[0]: _doc_bm25(d, idf, weight, stats.avgdl) for d in hits if wanted is None or d[1] in wanted}
+    if every_memory:
+        extra = [d[0] for d in source.scope_docs(scopes) if not (d[2] and entry.prefilter)]
+    else:
+        extra = source.newest(scopes, k)
+    for memory_id in extra:
+        out.setdefault(memory_id, 0.0)
+    return out
+
+
+# --- the composite ---------------------------------------------------------------------------------------------
+
+
+def _compose(
+    bm25: dict[int, float],
+    bonus: set[int],
+    weights: dict[str, float],
+    half_life_days: float,
+    now: dt.datetime | None,
+    top: int,
+) -> list[Scored]:
+    """The `top` best candidates by scoring.py's composite (similarity 0), ties to the newer id, with every
+    component. `bonus`: the candidates in the requested scope."""
+    if not bm25:
+        return []
+    best = max(bm25.values()) or 1.0
+    per_memory = bool(weights.get("confidence") or weights.get("recency"))
+    rows = _memories(list(bm25)) if per_memory else {}
+    now_ts = (now or utcnow()).timestamp()
+
+    def components(memory_id: int) -> dict[str, float]:
+        c = {
+            "similarity": 0.0,
+            "keywords": bm25[memory_id] / best,
+            "scope": 1.0 if memory_id in bonus else 0.0,
+            "confidence": 0.0,
+            "recency": 0.0,
+        }
+        cand = rows.get(memory_id)
+        if cand is not None:
+            c["confidence"] = cand.confidence
+            age_days = max((now_ts - cand.updated_at.timestamp()) / 86400.0, 0.0)
+            c["recency"] = 0.5 ** (age_days / half_life_days) if half_life_days > 0 else 0.0
+        return c
+
+    totals = {}
+    for memory_id in bm25:
+        c = components(memory_id)
+        totals[memory_id] = sum(w * c[name] for name, w in weights.items() if w)
+    chosen = heapq.nsmallest(top, totals, key=lambda d: (-totals[d], -d))
+    if not per_memory:
+        rows = _memories(chosen)
+    out = []
+    for memory_id in chosen:
+        c = components(memory_id)
+        logged = {name: round(float(c[name]), 6) for name in weights}
+        logged["keywords_bm25"] = round(bm25[memory_id], 6)
+        logged["composite"] = round(totals[memory_id], 6)
+        out.append(Scored(rows[memory_id], totals[memory_id], logged))
+    return out
+
+
+def _memories(ids: list[int]) -> dict[int, Candidate]:
+    """The memories as the scorer sees them (no embedding: the fallback has no model)."""
+    from cairn_cli.db.tables import Memory
+
+    fields = (
+        Memory.id,
+        Memory.content,
+        Memory.keywords,
+        Memory.scope,
+        Memory.kind,
+        Memory.confidence,
+        Memory.updated_at,
+        Memory.source_ref,
+    )
+    out = {}
+    for start in range(0, len(ids), 500):
+        for m in Memory.select(*fields).where(Memory.id.in_(ids[start : start + 500])):
+            out[m.id] = Candidate(
+                id=m.id,
+                content=m.content,
+                keywords=list(m.keywords),
+                scope=m.scope,
+                kind=m.kind,
+                confidence=m.confidence,
+                updated_at=m.updated_at,
+                source_ref=m.source_ref,
+                has_embedding=False,
+            )
+    return out

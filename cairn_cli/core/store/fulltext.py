@@ -1,0 +1,101 @@
+"""The memory store's full-text index: cairn's own terms of every live memory, kept in step with every write.
+
+What is indexed is exactly what the rank engine scores (core/ranking/lexical.py `lexical_field`): the stemmed
+terms of the content (core/text.py `terms`) and of the explicit keywords, counted apart ({term: [tf in content,
+tf in keywords]}) so that any KEYWORD_FIELD_WEIGHT can be applied when reading, with the two lengths, the scope,
+and whether the bucket-4 prefilter drops the memory (core/prefilter.py).
+
+Kept in step: triggers on `memories` queue, in the writing transaction itself, every memory whose content,
+keywords, kind, scope or liveness changes (an add, a merge's new keywords, a supersede, an import, a migration,
+and any write cairn does not know of); `sync` replaces the queued memories' rows. Every write path of
+core/store/memories.py calls it before its transaction commits, `open_stores` calls it when a process opens the
+store (the migration that creates the index queues every live memory), and the fallback never ranks a store
+whose queue is not empty with the index alone (core/ranking/fallback.py).
+
+The terms depend on the stemmer and the stop words, the flag on the prefilter's rules: a change to either must
+come with a migration that queues every live memory again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import orjson
+
+from cairn_cli.core.prefilter import is_self_referential_meta
+from cairn_cli.core.text import terms
+
+# The keyword weight the SQLite postings are counted at (a literal in migration 0005's triggers): the fallback's
+# fast path serves the default KEYWORD_FIELD_WEIGHT; any other weight is scored from the rows themselves.
+FULLTEXT_KEYWORD_WEIGHT = 2
+
+
+def index_row(memory_id: int, content: str, keywords: Sequence[str], kind: str, scope: str) -> tuple:
+    """(memory_id, scope, meta, content_len, keyword_len, terms JSON): a memory as the index stores it."""
+    content_terms = terms(content)
+    keyword_terms = [t for kw in keywords for t in terms(kw)]
+    counts: dict[str, list[int]] = {}
+    for t in content_terms:
+        counts.setdefault(t, [0, 0])[0] += 1
+    for t in keyword_terms:
+        counts.setdefault(t, [0, 0])[1] += 1
+    meta = int(is_self_referential_meta(content, kind))
+    return memory_id, scope, meta, len(content_terms), len(keyword_terms), orjson.dumps(counts).decode()
+
+
+def rows_of(memories: Sequence[tuple]) -> list[tuple]:
+    """Index rows of (id, content, keywords JSON or list, kind, scope) tuples."""
+    out = []
+    for memory_id, content, keywords, kind, scope in memories:
+        kws = orjson.loads(keywords) if isinstance(keywords, str | bytes) else keywords
+        out.append(index_row(memory_id, content, kws or [], kind, scope))
+    return out
+
+
+def tsvector(terms_json: str) -> str:
+    """A tsvector literal of the row's terms, each with one position per occurrence (PostgreSQL's GIN index)."""
+    from cairn_cli.db.fulltext import tsquote
+
+    counts = orjson.loads(terms_json)
+    parts, position = [], 1
+    for term, (in_content, in_keywords) in counts.items():
+        n = min(in_content + FULLTEXT_KEYWORD_WEIGHT * in_keywords, 255)
+        parts.append(f"{tsquote(term)}:{','.join(str(min(p, 16383)) for p in range(position, position + n))}")
+        position += n
+    return " ".join(parts)
+
+
+def sync(batch: int = 2000) -> int:
+    """Index the queued memories (their rows replaced, a superseded one's dropped), in the caller's transaction if
+    there is one. Returns how many were queued."""
+    from cairn_cli.db import fulltext as sql
+    from cairn_cli.db.tables import memory_proxy
+
+    done = 0
+    with memory_proxy.atomic():
+        while True:
+            ids = sql.pending(batch)
+            if not ids:
+                return done
+            rows = rows_of(sql.live_memories(ids))
+            sql.replace(ids, rows, [tsvector(r[5]) for r in rows] if sql.is_postgres() else None)
+            done += len(ids)
+
+
+def is_behind() -> bool:
+    """True when some memory's index row is out of date (a write this process could not index)."""
+    from cairn_cli.db import fulltext as sql
+
+    return bool(sql.pending(1))
+
+
+def sync_if_behind() -> str | None:
+    """Index the queued memories if there are any; what failed (a read-only store) or None."""
+    from peewee import DatabaseError
+
+    try:
+        if is_behind():
+            sync()
+    except DatabaseError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None

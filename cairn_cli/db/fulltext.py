@@ -1,0 +1,210 @@
+"""The full-text index's SQL: what core/store/fulltext.py writes and core/ranking/fallback.py reads.
+
+Tables (migration 0005): `fulltext_docs` (one row per live memory: scope, bucket-4 flag, term counts as JSON
+{term: [in content, in keywords]}, the two lengths), `fulltext_pending` (memories whose row is out of date, queued
+by triggers on `memories`). On SQLite, triggers on `fulltext_docs` keep `fulltext_postings` (term, scope, memory ->
+tf, length at keyword weight 2), `fulltext_terms` (document frequency, tf ceiling, shortest length) and
+`fulltext_scopes` (counts and total lengths) in step. On PostgreSQL `fulltext_docs.tsv` (a tsvector of the same
+terms, GIN-indexed) finds the memories that contain a term, and the statistics are aggregates.
+
+Statements are plain SQL through the memory store's connection: this is the hook's hot path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import peewee
+
+from cairn_cli.db.tables import memory_proxy
+
+Doc = tuple  # (memory_id, scope, meta, content_len, keyword_len, terms JSON)
+_DOC_COLUMNS = "memory_id, scope, meta, content_len, keyword_len, terms"
+
+
+def _db() -> peewee.Database:
+    return memory_proxy.obj
+
+
+def is_postgres() -> bool:
+    return isinstance(_db(), peewee.PostgresqlDatabase)
+
+
+def _sql(sql: str, params: Sequence = ()) -> list[tuple]:
+    db = _db()
+    if db.param != "?":
+        sql = sql.replace("?", db.param)
+    return db.execute_sql(sql, params).fetchall()
+
+
+def _marks(n: int) -> str:
+    return ", ".join("?" * n)
+
+
+# --- writing --------------------------------------------------------------------------------------------------
+
+
+def pending(limit: int | None = None) -> list[int]:
+    """Memories whose index row is out of date (queued by the memories' triggers), oldest first."""
+    rows = _sql("SELECT memory_id FROM fulltext_pending ORDER BY memory_id" + (f" LIMIT {int(limit)}" if limit else ""))
+    return [r[0] for r in rows]
+
+
+def live_memories(ids: Sequence[int]) -> list[tuple]:
+    """(id, content, keywords JSON, kind, scope) of the live memories among `ids`."""
+    if not ids:
+        return []
+    return _sql(
+        f"SELECT id, content, keywords, kind, scope FROM memories WHERE superseded_by IS NULL AND id IN ({_marks(len(ids))})",
+        list(ids),
+    )
+
+
+def replace(ids: Sequence[int], docs: Iterable[Doc], tsvectors: Sequence[str] | None = None) -> None:
+    """Drop the index rows of `ids`, insert `docs` (those of `ids` that are live), and clear them from the queue.
+    The caller holds the transaction. On PostgreSQL `tsvectors` are the docs' tsvector literals."""
+    ids = list(ids)
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        _sql(f"DELETE FROM fulltext_docs WHERE memory_id IN ({_marks(len(chunk))})", chunk)
+        _sql(f"DELETE FROM fulltext_pending WHERE memory_id IN ({_marks(len(chunk))})", chunk)
+    db = _db()
+    docs = list(docs)
+    if not docs:
+        return
+    if tsvectors is None:
+        sql = f"INSERT INTO fulltext_docs ({_DOC_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"
+        rows: list[tuple] = docs
+    else:
+        sql = f"INSERT INTO fulltext_docs ({_DOC_COLUMNS}, tsv) VALUES (?, ?, ?, ?, ?, ?, ?::tsvector)"
+        rows = [(*d, v) for d, v in zip(docs, tsvectors)]
+    if db.param != "?":
+        sql = sql.replace("?", db.param)
+    cursor = db.cursor()
+    cursor.executemany(sql, rows)
+
+
+def all_memory_rows() -> list[tuple]:
+    """(id, content, keywords JSON, kind, scope) of every live memory (a store whose index is behind and that this
+    process cannot write ranks from these)."""
+    return _sql("SELECT id, content, keywords, kind, scope FROM memories WHERE superseded_by IS NULL ORDER BY id")
+
+
+# --- reading ----------------------------------------------------------------------------------------------------
+
+
+def scope_stats() -> list[tuple]:
+    """Per scope: (scope id or None, scope, n, n_meta, content_len, keyword_len, content_len_meta, keyword_len_meta)
+    over the indexed memories (n: not bucket 4; *_meta: bucket 4)."""
+    if not is_postgres():
+        return _sql(
+            "SELECT id, scope, n, n_meta, content_len, keyword_len, content_len_meta, keyword_len_meta "
+            "FROM fulltext_scopes WHERE n + n_meta > 0"
+        )
+    out: dict[str, list] = {}
+    for scope, meta, n, clen, klen in _sql(
+        "SELECT scope, meta, count(*), sum(content_len), sum(keyword_len) FROM fulltext_docs GROUP BY scope, meta"
+    ):
+        row = out.setdefault(scope, [None, scope, 0, 0, 0, 0, 0, 0])
+        if meta:
+            row[3], row[6], row[7] = n, int(clen), int(klen)
+        else:
+            row[2], row[4], row[5] = n, int(clen), int(klen)
+    return [tuple(r) for r in out.values()]
+
+
+def term_stats(terms: Sequence[str]) -> dict[str, tuple[int, int, int, int]]:
+    """term -> (df, df of bucket-4 memories, the largest tf and the shortest length among the others) (SQLite)."""
+    out = {}
+    for start in range(0, len(terms), 500):
+        chunk = list(terms[start : start + 500])
+        for term, df, df_meta, tf_max, dl_min in _sql(
+            f"SELECT term, df, df_meta, tf_max, dl_min FROM fulltext_terms WHERE term IN ({_marks(len(chunk))})",
+            chunk,
+        ):
+            out[term] = (df, df_meta, tf_max, dl_min)
+    return out
+
+
+def postings_query(scope_ids: Sequence[int] | None):
+    """A function term -> [(memory_id, tf, length)] of the not-bucket-4 memories in `scope_ids` (None: all), at
+    keyword weight 2 (SQLite). The statement is prepared once, the cursor reused: this runs once per query term."""
+    sql = "SELECT memory_id, tf, dl FROM fulltext_postings WHERE term = ?"
+    if scope_ids is not None:
+        sql += f" AND scope_id IN ({', '.join(str(int(i)) for i in scope_ids)})"
+    cursor = _db().cursor()
+
+    def run(term: str) -> list[tuple]:
+        return cursor.execute(sql, (term,)).fetchall()
+
+    return run
+
+
+def docs(ids: Sequence[int]) -> list[Doc]:
+    out: list[Doc] = []
+    ids = list(ids)
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        out += _sql(f"SELECT {_DOC_COLUMNS} FROM fulltext_docs WHERE memory_id IN ({_marks(len(chunk))})", chunk)
+    return out
+
+
+def newest(scopes: Sequence[str] | None, k: int, *, with_meta: bool) -> list[int]:
+    """The ids of the `k` newest indexed memories in `scopes` (None: all)."""
+    meta = "" if with_meta else "meta = 0"
+    if scopes is None:
+        where = f"WHERE {meta}" if meta else ""
+        return [
+            r[0] for r in _sql(f"SELECT memory_id FROM fulltext_docs {where} ORDER BY memory_id DESC LIMIT ?", (k,))
+        ]
+    out: list[int] = []
+    for scope in scopes:  # one index range per scope
+        rows = _sql(
+            "SELECT memory_id FROM fulltext_docs WHERE scope = ?"
+            + (f" AND {meta}" if meta else "")
+            + " ORDER BY memory_id DESC LIMIT ?",
+            (scope, k),
+        )
+        out += [r[0] for r in rows]
+    return sorted(out, reverse=True)[:k]
+
+
+def meta_docs(scopes: Sequence[str] | None) -> list[Doc]:
+    """The bucket-4 memories in `scopes` (None: all) (ranked only with the prefilter off)."""
+    if scopes is None:
+        return _sql(f"SELECT {_DOC_COLUMNS} FROM fulltext_docs WHERE meta = 1")
+    return _sql(
+        f"SELECT {_DOC_COLUMNS} FROM fulltext_docs WHERE meta = 1 AND scope IN ({_marks(len(scopes))})", list(scopes)
+    )
+
+
+def scope_docs(scopes: Sequence[str] | None) -> list[Doc]:
+    """Every indexed memory in `scopes` (None: all)."""
+    if scopes is None:
+        return _sql(f"SELECT {_DOC_COLUMNS} FROM fulltext_docs")
+    return _sql(f"SELECT {_DOC_COLUMNS} FROM fulltext_docs WHERE scope IN ({_marks(len(scopes))})", list(scopes))
+
+
+def containing(terms: Sequence[str]) -> list[Doc]:
+    """Every indexed memory, in any scope, that contains one of `terms` (the GIN index on PostgreSQL; SQLite: the
+    postings, and the bucket-4 memories, which have none)."""
+    if not terms:
+        return []
+    if is_postgres():
+        query = " | ".join(tsquote(t) for t in terms)
+        return _sql(f"SELECT {_DOC_COLUMNS} FROM fulltext_docs WHERE tsv @@ ?::tsquery", (query,))
+    ids: set[int] = set()
+    for start in range(0, len(terms), 500):
+        chunk = list(terms[start : start + 500])
+        ids.update(
+            r[0]
+            for r in _sql(
+                f"SELECT DISTINCT memory_id FROM fulltext_postings WHERE term IN ({_marks(len(chunk))})", chunk
+            )
+        )
+    return docs(sorted(ids)) + meta_docs(None)
+
+
+def tsquote(term: str) -> str:
+    """A lexeme as a tsvector / tsquery literal takes it: quoted, taken as is (no parser, no dictionary)."""
+    return "'" + term.replace("\\", "\\\\").replace("'", "''") + "'"
