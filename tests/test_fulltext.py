@@ -45,15 +45,20 @@ def assert_in_step() -> None:
     """The index is what it would be if built from scratch from the live memories: the rows, the postings, the
     per-term and per-scope statistics (the term bounds may only be looser), and nothing queued."""
     assert _sql("SELECT memory_id FROM fulltext_pending") == []
-    live = _sql("SELECT id, content, keywords, kind, scope FROM memories WHERE superseded_by IS NULL ORDER BY id")
+    live = _sql(
+        "SELECT id, content, keywords, kind, scope, session_id FROM memories WHERE superseded_by IS NULL ORDER BY id"
+    )
     want = {r[0]: r for r in fulltext.rows_of(live)}
-    got = {r[0]: r for r in _sql("SELECT memory_id, scope, meta, content_len, keyword_len, terms FROM fulltext_docs")}
+    got = {
+        r[0]: r for r in _sql("SELECT memory_id, scope, meta, content_len, keyword_len, terms, grp FROM fulltext_docs")
+    }
     assert set(got) == set(want)
     for memory_id, row in want.items():
         assert got[memory_id][:5] == row[:5] and orjson.loads(got[memory_id][5]) == orjson.loads(row[5]), memory_id
+        assert got[memory_id][6] == row[6], memory_id
     postings, df, df_meta, tf_max, dl_min = set(), Counter(), Counter(), Counter(), {}
     scopes: dict[str, list[int]] = {}
-    for memory_id, scope, meta, clen, klen, terms_json in want.values():
+    for memory_id, scope, meta, clen, klen, terms_json, _group in want.values():
         counts = orjson.loads(terms_json)
         stats = scopes.setdefault(scope, [0, 0, 0, 0, 0, 0])
         stats[1 if meta else 0] += 1
@@ -246,7 +251,10 @@ def _same_or_tied(want, got) -> None:
             tied = [s for p, s in enumerate(scores) if p != pos and s == pytest.approx(w.score, rel=1e-5, abs=2e-6)]
             assert tied or pos == len(scores) - 1, (pos, w, g)
         else:
-            for name in ("keywords", "scope", "keywords_bm25", "composite"):
+            for name in ("keywords", "scope", "keywords_bm25", "composite", "relevance", "neighbour"):
+                if name not in w.components:
+                    assert name not in g.components, (pos, name)
+                    continue
                 assert g.components[name] == pytest.approx(w.components[name], rel=1e-5, abs=2e-6), (pos, name)
 
 
@@ -435,8 +443,20 @@ def test_the_fallback_ranks_as_the_rank_engines_table_on_generated_text():
         {"keyword_field_weight": 0},
         {"score_w_confidence": 0.1, "score_w_recency": 0.05},
         {"score_w_scope": 0.0},
+        {"rank_profile": "dialog"},
+        {"rank_profile": "dialog", "relevance_prefilter_enabled": False},
+        {"composite_floor": "off"},
     ],
-    ids=["prefilter-off", "keyword-weight-3", "keyword-weight-0", "confidence-recency", "no-scope-bonus"],
+    ids=[
+        "prefilter-off",
+        "keyword-weight-3",
+        "keyword-weight-0",
+        "confidence-recency",
+        "no-scope-bonus",
+        "dialog-profile",
+        "dialog-profile-prefilter-off",
+        "no-floor",
+    ],
 )
 def test_the_fallback_ranks_as_the_table_whatever_the_weights(overrides, monkeypatch):
     for name, value in overrides.items():
@@ -487,7 +507,7 @@ def test_the_fallback_imports_no_numpy_and_the_daemon_down_hook_still_injects(ca
     env.update({"CAIRN_HOOK_SCOPE": "webshop", "CAIRN_DAEMON_BACKOFF_S": "0", "PYTHONPATH": str(ROOT)})
     marker = Path(lock.spawn_path(cairn_home))  # "a daemon was just started": the hook's autostart starts none here
     marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.write_text(f"{time.time() + 3600:.3f} 0\n")
+    marker.write_text(f"{time.time():.3f} 0\n")  # stamped now: within the spawn grace, so no daemon is started
     heavy = ("numpy", "torch", "transformers", "sentence_transformers", "rich", "typer", "tqdm")
     payload = {
         "session_id": "down",

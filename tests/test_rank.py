@@ -178,18 +178,6 @@ def test_log_delivery_with_flags(cli):
     assert missing.exit_code == 2 and "missing field 'turn'" in missing.stderr
 
 
-def test_the_fallback_caps_its_candidates_to_the_newest(cli, monkeypatch):
-    from cairn_cli.daemon import dispatch
-
-    _load(cli)
-    monkeypatch.setenv("CAIRN_FALLBACK_MAX_CANDIDATES", "3")
-    fields = {"prompt": "integration tests connection refused", "session_id": "cap", "k": 5, "log": False}
-    result = dispatch._in_process(fields, {}, fallback="test")
-    assert result["ranker"] == "cairn-fallback" and result["embed_model"] is None
-    assert result["candidates"] == 3 and {m["id"] for m in result["memories"]} <= {16, 17, 18}
-    assert "the 3 most recently updated memories only" in result["notes"][0]
-
-
 def test_a_warm_engine_refreshes_by_the_changed_rows_and_matches_a_fresh_one(cli):
     from cairn_cli.core.ranking.engine import RankEngine
     from cairn_cli.core.ranking.rank import RankRequest, rank

@@ -40,6 +40,21 @@ MEMORY_SCHEMA = {
         "similarity",
         "merged_at",
     ],
+    # the full-text index (migration 0005, kept in step by triggers: tests/test_fulltext.py)
+    "fulltext_docs": ["memory_id", "scope", "meta", "content_len", "keyword_len", "terms", "grp"],
+    "fulltext_pending": ["memory_id"],
+    "fulltext_postings": ["term", "scope_id", "memory_id", "tf", "dl"],
+    "fulltext_scopes": [
+        "id",
+        "scope",
+        "n",
+        "n_meta",
+        "content_len",
+        "keyword_len",
+        "content_len_meta",
+        "keyword_len_meta",
+    ],
+    "fulltext_terms": ["term", "df", "df_meta", "tf_max", "dl_min"],
 }
 EPHEMERAL_SCHEMA = {
     "cairn_migrations": ["name", "applied_at"],
@@ -102,6 +117,16 @@ def test_migrated_schema_is_pinned():
         "memories_superseded_by",
         "memories_updated_at",
     ]
+    assert sorted(i.name for i in mem.get_indexes("fulltext_docs")) == ["fulltext_docs_group", "fulltext_docs_scope"]
+    triggers = mem.execute_sql("SELECT name FROM sqlite_master WHERE type = 'trigger' ORDER BY name").fetchall()
+    assert [t[0] for t in triggers] == [
+        "fulltext_docs_added",
+        "fulltext_docs_removed",
+        "fulltext_docs_replaced_not_updated",
+        "memories_fulltext_delete",
+        "memories_fulltext_insert",
+        "memories_fulltext_update",
+    ]
 
 
 def test_databases_live_under_cairn_home(cairn_home):
@@ -111,7 +136,13 @@ def test_databases_live_under_cairn_home(cairn_home):
 
 def test_migrations_are_recorded_in_order_and_applied_once(tmp_path):
     database = peewee.SqliteDatabase(str(tmp_path / "m.db"))
-    names = ["0001_memories", "0002_machine_state", "0003_memories_updated_at_index", "0004_memory_merges"]
+    names = [
+        "0001_memories",
+        "0002_machine_state",
+        "0003_memories_updated_at_index",
+        "0004_memory_merges",
+        "0005_memories_fulltext",
+    ]
     assert migrations.apply_pending(database, migrations.MEMORY_MIGRATIONS) == names
     assert migrations.apply_pending(database, migrations.MEMORY_MIGRATIONS) == []
     rows = database.execute_sql("select name from cairn_migrations order by name").fetchall()

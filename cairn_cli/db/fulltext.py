@@ -18,8 +18,8 @@ import peewee
 
 from cairn_cli.db.tables import memory_proxy
 
-Doc = tuple  # (memory_id, scope, meta, content_len, keyword_len, terms JSON)
-_DOC_COLUMNS = "memory_id, scope, meta, content_len, keyword_len, terms"
+Doc = tuple  # (memory_id, scope, meta, content_len, keyword_len, terms JSON, neighbour group)
+_DOC_COLUMNS = "memory_id, scope, meta, content_len, keyword_len, terms, grp"
 
 
 def _db() -> peewee.Database:
@@ -51,11 +51,11 @@ def pending(limit: int | None = None) -> list[int]:
 
 
 def live_memories(ids: Sequence[int]) -> list[tuple]:
-    """(id, content, keywords JSON, kind, scope) of the live memories among `ids`."""
+    """(id, content, keywords JSON, kind, scope, session id) of the live memories among `ids`."""
     if not ids:
         return []
     return _sql(
-        f"SELECT id, content, keywords, kind, scope FROM memories WHERE superseded_by IS NULL AND id IN ({_marks(len(ids))})",
+        f"SELECT id, content, keywords, kind, scope, session_id FROM memories WHERE superseded_by IS NULL AND id IN ({_marks(len(ids))})",
         list(ids),
     )
 
@@ -73,10 +73,10 @@ def replace(ids: Sequence[int], docs: Iterable[Doc], tsvectors: Sequence[str] | 
     if not docs:
         return
     if tsvectors is None:
-        sql = f"INSERT INTO fulltext_docs ({_DOC_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"
+        sql = f"INSERT INTO fulltext_docs ({_DOC_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
         rows: list[tuple] = docs
     else:
-        sql = f"INSERT INTO fulltext_docs ({_DOC_COLUMNS}, tsv) VALUES (?, ?, ?, ?, ?, ?, ?::tsvector)"
+        sql = f"INSERT INTO fulltext_docs ({_DOC_COLUMNS}, tsv) VALUES (?, ?, ?, ?, ?, ?, ?, ?::tsvector)"
         rows = [(*d, v) for d, v in zip(docs, tsvectors)]
     if db.param != "?":
         sql = sql.replace("?", db.param)
@@ -85,9 +85,11 @@ def replace(ids: Sequence[int], docs: Iterable[Doc], tsvectors: Sequence[str] | 
 
 
 def all_memory_rows() -> list[tuple]:
-    """(id, content, keywords JSON, kind, scope) of every live memory (a store whose index is behind and that this
-    process cannot write ranks from these)."""
-    return _sql("SELECT id, content, keywords, kind, scope FROM memories WHERE superseded_by IS NULL ORDER BY id")
+    """(id, content, keywords JSON, kind, scope, session id) of every live memory (a store whose index is behind and
+    that this process cannot write ranks from these)."""
+    return _sql(
+        "SELECT id, content, keywords, kind, scope, session_id FROM memories WHERE superseded_by IS NULL ORDER BY id"
+    )
 
 
 # --- reading ----------------------------------------------------------------------------------------------------
@@ -167,6 +169,23 @@ def newest(scopes: Sequence[str] | None, k: int, *, with_meta: bool) -> list[int
         )
         out += [r[0] for r in rows]
     return sorted(out, reverse=True)[:k]
+
+
+def neighbours(docs: Sequence[Doc], *, with_meta: bool) -> dict[int, tuple[int | None, int | None]]:
+    """memory id -> the ids of the indexed memories written just before and after it in its neighbour group (the
+    writing session, else the scope), bucket-4 ones only `with_meta`: two index seeks per memory."""
+    meta = "" if with_meta else " AND meta = 0"
+    out = {}
+    for doc in docs:
+        memory_id, group = doc[0], doc[6]
+        before = _sql(
+            f"SELECT max(memory_id) FROM fulltext_docs WHERE grp = ? AND memory_id < ?{meta}", (group, memory_id)
+        )
+        after = _sql(
+            f"SELECT min(memory_id) FROM fulltext_docs WHERE grp = ? AND memory_id > ?{meta}", (group, memory_id)
+        )
+        out[memory_id] = (before[0][0], after[0][0])
+    return out
 
 
 def meta_docs(scopes: Sequence[str] | None) -> list[Doc]:

@@ -190,10 +190,13 @@ _FULLTEXT_SQLITE = (
     """
     CREATE TABLE fulltext_docs (
         memory_id INTEGER PRIMARY KEY, scope TEXT NOT NULL, meta INTEGER NOT NULL,
-        content_len INTEGER NOT NULL, keyword_len INTEGER NOT NULL, terms TEXT NOT NULL)
+        content_len INTEGER NOT NULL, keyword_len INTEGER NOT NULL, terms TEXT NOT NULL, grp TEXT NOT NULL)
     """,
     """
     CREATE INDEX fulltext_docs_scope ON fulltext_docs (scope, meta, memory_id)
+    """,
+    """
+    CREATE INDEX fulltext_docs_group ON fulltext_docs (grp, memory_id)
     """,
     """
     CREATE TABLE fulltext_scopes (
@@ -274,6 +277,7 @@ _FULLTEXT_SQLITE = (
     CREATE TRIGGER memories_fulltext_update AFTER UPDATE ON memories
         WHEN OLD.content IS NOT NEW.content OR OLD.keywords IS NOT NEW.keywords OR OLD.kind IS NOT NEW.kind
             OR OLD.scope IS NOT NEW.scope OR OLD.superseded_by IS NOT NEW.superseded_by
+            OR OLD.session_id IS NOT NEW.session_id
     BEGIN
         INSERT OR IGNORE INTO fulltext_pending (memory_id) VALUES (NEW.id);
     END
@@ -288,10 +292,14 @@ _FULLTEXT_POSTGRES = (
     """
     CREATE TABLE fulltext_docs (
         memory_id INTEGER PRIMARY KEY, scope VARCHAR(200) NOT NULL, meta SMALLINT NOT NULL,
-        content_len INTEGER NOT NULL, keyword_len INTEGER NOT NULL, terms TEXT NOT NULL, tsv TSVECTOR NOT NULL)
+        content_len INTEGER NOT NULL, keyword_len INTEGER NOT NULL, terms TEXT NOT NULL, grp VARCHAR(210) NOT NULL,
+        tsv TSVECTOR NOT NULL)
     """,
     """
     CREATE INDEX fulltext_docs_scope ON fulltext_docs (scope, meta, memory_id)
+    """,
+    """
+    CREATE INDEX fulltext_docs_group ON fulltext_docs (grp, memory_id)
     """,
     """
     CREATE INDEX fulltext_docs_tsv ON fulltext_docs USING GIN (tsv)
@@ -308,7 +316,7 @@ _FULLTEXT_POSTGRES = (
         END IF;
         IF TG_OP = 'INSERT' OR OLD.content IS DISTINCT FROM NEW.content OR OLD.keywords IS DISTINCT FROM NEW.keywords
             OR OLD.kind IS DISTINCT FROM NEW.kind OR OLD.scope IS DISTINCT FROM NEW.scope
-            OR OLD.superseded_by IS DISTINCT FROM NEW.superseded_by THEN
+            OR OLD.superseded_by IS DISTINCT FROM NEW.superseded_by OR OLD.session_id IS DISTINCT FROM NEW.session_id THEN
             INSERT INTO fulltext_pending (memory_id) VALUES (NEW.id) ON CONFLICT DO NOTHING;
         END IF;
         RETURN NEW;

@@ -109,7 +109,7 @@ class IndexedEntry:
 def _scope_rows(rows: Iterable[tuple]) -> list[tuple]:
     """scope_stats() of index rows held in memory."""
     out: dict[str, list] = {}
-    for _, scope, meta, clen, klen, _terms in rows:
+    for _, scope, meta, clen, klen, _terms, _group in rows:
         row = out.setdefault(scope, [None, scope, 0, 0, 0, 0, 0, 0])
         row[3 if meta else 2] += 1
         row[6 if meta else 4] += clen
@@ -139,6 +139,7 @@ class IndexedTable:
         half_life_days: float,
         now: dt.datetime | None = None,
         top: int | None = None,
+        neighbour_weight: float = 0.0,
     ) -> list[Scored]:
         for name in weights:
             if name not in COMPONENTS:
@@ -161,17 +162,40 @@ class IndexedTable:
             and weights.get("keywords", 0) > 0
             and not every_memory
         )
+        # a profile that smooths over neighbours (the dialog one) may lift a memory by its neighbour's score: it
+        # reads deeper (and the neighbours of what it read)
+        depth = want if not neighbour_weight else min(in_scope, max(4 * want, want + 50))
         bm25: dict[int, float] = {}
         bonus: set[int] = set()
+        idf: dict[str, float] = {}
         for scopes, is_requested in _groups(scope):
             if fast:
-                got = _maxscore(source, stats, query, scopes, want, entry.prefilter)
+                got = _maxscore(source, stats, query, scopes, depth, entry.prefilter, idf)
             else:
-                got = _exhaustive(source, stats, query, scopes, want, entry, every_memory)
+                got = _exhaustive(source, stats, query, scopes, depth, entry, every_memory, idf)
             bm25.update(got)
             if is_requested:
                 bonus.update(got)
-        return _compose(bm25, bonus, weights, half_life_days, now, want)
+        near: dict[int, tuple[int | None, int | None]] = {}
+        if neighbour_weight and bm25:
+            # the candidates: what was read and its neighbours (a neighbour of a good memory is lifted by it); each
+            # needs its own neighbours' scores, so the neighbours' neighbours are scored too
+            in_groups = {s for group, _ in _groups(scope) for s in (group if group is not None else entry.counts)}
+            requested = scope if scope and scope != GLOBAL_SCOPE else None
+            docs = {d[0]: d for d in source.docs(list(bm25))}
+            for _ in range(2):
+                near.update(
+                    source.neighbours([d for i, d in docs.items() if i not in near], with_meta=not entry.prefilter)
+                )
+                others = sorted({n for pair in near.values() for n in pair if n is not None and n not in docs})
+                for doc in source.docs(others):
+                    docs[doc[0]] = doc
+                    if doc[1] in in_groups:  # a neighbour out of scope lends nothing (the table's mask)
+                        bm25[doc[0]] = _doc_bm25(doc, idf, entry.weight, stats.avgdl)
+                        if doc[1] == requested:
+                            bonus.add(doc[0])
+            near = {i: pair for i, pair in near.items() if i in bm25}
+        return _compose(bm25, bonus, weights, half_life_days, now, want, neighbour_weight, near)
 
 
 # --- where the term counts come from ---------------------------------------------------------------------------
@@ -193,6 +217,9 @@ class _Source:
         raise NotImplementedError
 
     def scope_docs(self, scopes: list[str] | None) -> list[tuple]:
+        raise NotImplementedError
+
+    def neighbours(self, docs: Sequence[tuple], *, with_meta: bool) -> dict[int, tuple[int | None, int | None]]:
         raise NotImplementedError
 
 
@@ -227,6 +254,11 @@ class _IndexSource(_Source):
 
         return sql.scope_docs(scopes)
 
+    def neighbours(self, docs, *, with_meta):
+        from cairn_cli.db import fulltext as sql
+
+        return sql.neighbours(docs, with_meta=with_meta)
+
 
 class _RowSource(_Source):
     """Index rows computed in this process from the memories themselves."""
@@ -252,6 +284,19 @@ class _RowSource(_Source):
         wanted = set(query)
         return [r for r in self.rows if not wanted.isdisjoint(orjson.loads(r[5]))]
 
+    def neighbours(self, docs, *, with_meta):
+        by_group: dict[str, list[int]] = {}
+        for r in self.rows:
+            if with_meta or not r[2]:
+                by_group.setdefault(r[6], []).append(r[0])
+        out = {}
+        for doc in docs:
+            ids = sorted(by_group.get(doc[6], []))
+            before = [i for i in ids if i < doc[0]]
+            after = [i for i in ids if i > doc[0]]
+            out[doc[0]] = (before[-1] if before else None, after[0] if after else None)
+        return out
+
 
 # --- BM25 ------------------------------------------------------------------------------------------------------
 
@@ -271,17 +316,22 @@ def _doc_bm25(doc: tuple, idf: dict[str, float], weight: int, avgdl: float) -> f
 
 
 def _maxscore(
-    source: _Source, stats: _Stats, query: list[str], scopes: list[str] | None, k: int, prefilter: bool
+    source: _Source,
+    stats: _Stats,
+    query: list[str],
+    scopes: list[str] | None,
+    k: int,
+    prefilter: bool,
+    idf: dict[str, float],
 ) -> dict[int, float]:
     """Exact BM25 of one scope group's top `k` (by BM25, then newer id) and of its `k` newest memories, reading
-    only the postings that can change the top k (the postings are at FULLTEXT_KEYWORD_WEIGHT)."""
+    only the postings that can change the top k (the postings are at FULLTEXT_KEYWORD_WEIGHT). Fills `idf`."""
     from cairn_cli.db import fulltext as sql
 
     weight = fulltext.FULLTEXT_KEYWORD_WEIGHT
     avgdl = stats.avgdl
     c1 = BM25_K1 * (1 - BM25_B)
     c2 = BM25_K1 * BM25_B / avgdl if avgdl else 0.0
-    idf: dict[str, float] = {}
     plan: list[tuple[float, str]] = []  # (the most one memory can get from the term, the term), largest first
     for term, (df, df_meta, tf_max, dl_min) in sql.term_stats(query).items():
         full_df = df + (0 if prefilter else df_meta)
@@ -352,9 +402,10 @@ def _exhaustive(
     k: int,
     entry: IndexedEntry,
     every_memory: bool,
+    idf: dict[str, float],
 ) -> dict[int, float]:
     """Exact BM25 of every memory of one scope group that contains a query term, and of its `k` newest (of all of
-    them when `every_memory`); the document frequencies are counted from the rows (any keyword weight)."""
+    them when `every_memory`); the document frequencies are counted from the rows (any keyword weight). Fills `idf`."""
     weight = entry.weight
     df: dict[str, int] = dict.fromkeys(query, 0)
     hits = []
@@ -370,7 +421,7 @@ def _exhaustive(
                 hit = True
         if hit:
             hits.append(doc)
-    idf = {t: stats.idf(n) for t, n in df.items() if n}
+    idf.update({t: stats.idf(n) for t, n in df.items() if n})
     wanted = None if scopes is None else set(scopes)
     out = {d[0]: _doc_bm25(d, idf, weight, stats.avgdl) for d in hits if wanted is None or d[1] in wanted}
     if every_memory:
@@ -392,9 +443,13 @@ def _compose(
     half_life_days: float,
     now: dt.datetime | None,
     top: int,
+    neighbour_weight: float = 0.0,
+    near: dict[int, tuple[int | None, int | None]] | None = None,
 ) -> list[Scored]:
     """The `top` best candidates by scoring.py's composite (similarity 0), ties to the newer id, with every
-    component. `bonus`: the candidates in the requested scope."""
+    component, the relevance the composite floor reads (the composite less its scope part) and, for a profile that
+    smooths over neighbours, the neighbour's share. `bonus`: the candidates in the requested scope; `near`: the
+    neighbours of the candidates (those not in `bm25` are out of scope and lend nothing)."""
     if not bm25:
         return []
     best = max(bm25.values()) or 1.0
@@ -417,11 +472,18 @@ def _compose(
             c["recency"] = 0.5 ** (age_days / half_life_days) if half_life_days > 0 else 0.0
         return c
 
-    totals = {}
+    base = {}
     for memory_id in bm25:
         c = components(memory_id)
-        totals[memory_id] = sum(w * c[name] for name, w in weights.items() if w)
-    chosen = heapq.nsmallest(top, totals, key=lambda d: (-totals[d], -d))
+        base[memory_id] = sum(w * c[name] for name, w in weights.items() if w)
+    totals, lent = dict(base), {}
+    if neighbour_weight and near:
+        for memory_id, pair in near.items():
+            lent[memory_id] = max([base.get(n, 0.0) for n in pair if n is not None], default=0.0)
+            totals[memory_id] = base[memory_id] + neighbour_weight * lent[memory_id]
+    scope_weight = weights.get("scope", 0.0) * (1 + neighbour_weight)  # the neighbour's share carries its scope too
+    candidates = [d for d in totals if d in near] if neighbour_weight and near else list(totals)
+    chosen = heapq.nsmallest(top, candidates, key=lambda d: (-totals[d], -d))
     if not per_memory:
         rows = _memories(chosen)
     out = []
@@ -429,7 +491,10 @@ def _compose(
         c = components(memory_id)
         logged = {name: round(float(c[name]), 6) for name in weights}
         logged["keywords_bm25"] = round(bm25[memory_id], 6)
+        if neighbour_weight:
+            logged["neighbour"] = round(lent.get(memory_id, 0.0), 6)
         logged["composite"] = round(totals[memory_id], 6)
+        logged["relevance"] = round(totals[memory_id] - scope_weight * c["scope"], 6)
         out.append(Scored(rows[memory_id], totals[memory_id], logged))
     return out
 
@@ -447,6 +512,7 @@ def _memories(ids: list[int]) -> dict[int, Candidate]:
         Memory.confidence,
         Memory.updated_at,
         Memory.source_ref,
+        Memory.session_id,
     )
     out = {}
     for start in range(0, len(ids), 500):
@@ -461,5 +527,6 @@ def _memories(ids: list[int]) -> dict[int, Candidate]:
                 updated_at=m.updated_at,
                 source_ref=m.source_ref,
                 has_embedding=False,
+                session_id=m.session_id,
             )
     return out

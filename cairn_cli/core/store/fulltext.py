@@ -6,7 +6,7 @@ tf in keywords]}) so that any KEYWORD_FIELD_WEIGHT can be applied when reading, 
 and whether the bucket-4 prefilter drops the memory (core/prefilter.py).
 
 Kept in step: triggers on `memories` queue, in the writing transaction itself, every memory whose content,
-keywords, kind, scope or liveness changes (an add, a merge's new keywords, a supersede, an import, a migration,
+keywords, kind, scope, session or liveness changes (an add, a merge's new keywords, a supersede, an import, a migration,
 and any write cairn does not know of); `sync` replaces the queued memories' rows. Every write path of
 core/store/memories.py calls it before its transaction commits, `open_stores` calls it when a process opens the
 store (the migration that creates the index queues every live memory), and the fallback never ranks a store
@@ -30,8 +30,11 @@ from cairn_cli.core.text import terms
 FULLTEXT_KEYWORD_WEIGHT = 2
 
 
-def index_row(memory_id: int, content: str, keywords: Sequence[str], kind: str, scope: str) -> tuple:
-    """(memory_id, scope, meta, content_len, keyword_len, terms JSON): a memory as the index stores it."""
+def index_row(
+    memory_id: int, content: str, keywords: Sequence[str], kind: str, scope: str, session_id: str | None = None
+) -> tuple:
+    """(memory_id, scope, meta, content_len, keyword_len, terms JSON, neighbour group): a memory as the index stores
+    it. The group is the ranking profile's (scoring.py): the writing session, else the scope."""
     content_terms = terms(content)
     keyword_terms = [t for kw in keywords for t in terms(kw)]
     counts: dict[str, list[int]] = {}
@@ -40,15 +43,16 @@ def index_row(memory_id: int, content: str, keywords: Sequence[str], kind: str, 
     for t in keyword_terms:
         counts.setdefault(t, [0, 0])[1] += 1
     meta = int(is_self_referential_meta(content, kind))
-    return memory_id, scope, meta, len(content_terms), len(keyword_terms), orjson.dumps(counts).decode()
+    group = f"session:{session_id}" if session_id else f"scope:{scope}"
+    return memory_id, scope, meta, len(content_terms), len(keyword_terms), orjson.dumps(counts).decode(), group
 
 
 def rows_of(memories: Sequence[tuple]) -> list[tuple]:
-    """Index rows of (id, content, keywords JSON or list, kind, scope) tuples."""
+    """Index rows of (id, content, keywords JSON or list, kind, scope, session id) tuples."""
     out = []
-    for memory_id, content, keywords, kind, scope in memories:
+    for memory_id, content, keywords, kind, scope, session_id in memories:
         kws = orjson.loads(keywords) if isinstance(keywords, str | bytes) else keywords
-        out.append(index_row(memory_id, content, kws or [], kind, scope))
+        out.append(index_row(memory_id, content, kws or [], kind, scope, session_id))
     return out
 
 
