@@ -38,12 +38,15 @@ from tests.conftest import EXAMPLES, ROOT, shared
 
 
 def _sql(query: str, params=()) -> list[tuple]:
+    if memory_proxy.obj.param != "?":
+        query = query.replace("?", memory_proxy.obj.param)
     return memory_proxy.execute_sql(query, params).fetchall()
 
 
 def assert_in_step() -> None:
     """The index is what it would be if built from scratch from the live memories: the rows, the postings, the
-    per-term and per-scope statistics (the term bounds may only be looser), and nothing queued."""
+    per-term and per-scope statistics (the term bounds may only be looser), and nothing queued. On PostgreSQL:
+    the rows and their tsvectors (there are no postings tables)."""
     assert _sql("SELECT memory_id FROM fulltext_pending") == []
     live = _sql(
         "SELECT id, content, keywords, kind, scope, session_id FROM memories WHERE superseded_by IS NULL ORDER BY id"
@@ -56,6 +59,10 @@ def assert_in_step() -> None:
     for memory_id, row in want.items():
         assert got[memory_id][:5] == row[:5] and orjson.loads(got[memory_id][5]) == orjson.loads(row[5]), memory_id
         assert got[memory_id][6] == row[6], memory_id
+    if isinstance(memory_proxy.obj, peewee.PostgresqlDatabase):
+        for memory_id, tsv in _sql("SELECT memory_id, tsv::text FROM fulltext_docs"):
+            assert tsv == _sql("SELECT ?::tsvector::text", (fulltext.tsvector(want[memory_id][5]),))[0][0], memory_id
+        return
     postings, df, df_meta, tf_max, dl_min = set(), Counter(), Counter(), Counter(), {}
     scopes: dict[str, list[int]] = {}
     for memory_id, scope, meta, clen, klen, terms_json, _group in want.values():
@@ -542,3 +549,88 @@ def test_the_fallback_imports_no_numpy_and_the_daemon_down_hook_still_injects(ca
     assert rows and rows[0][0] == 1 and all(r[1] == "cairn-fallback" for r in rows)
     assert json.loads(rows[0][2])["keywords_bm25"] > 0 and json.loads(rows[0][2])["ranker"] == "cairn-fallback"
     assert not (cairn_home / "daemon.sock").exists()
+
+
+# --- PostgreSQL -------------------------------------------------------------------------------------------------
+# No PostgreSQL runs in CI yet (issue 16 brings the fixture): these run against the server named by PG_TEST_URL,
+# e.g. postgresql://cairn@127.0.0.1:55432/cairn_test (its public schema is dropped and made again), else skip.
+
+
+def _pg(url: str) -> peewee.PostgresqlDatabase:
+    from urllib.parse import urlparse
+
+    parsed = urlparse(url)
+    return peewee.PostgresqlDatabase(
+        parsed.path.lstrip("/"), user=parsed.username, host=parsed.hostname, port=parsed.port or 5432
+    )
+
+
+@pytest.fixture
+def pg_url():
+    url = os.environ.get("PG_TEST_URL")
+    if not url:
+        pytest.skip("PG_TEST_URL is not set: no PostgreSQL to test against")
+    pytest.importorskip("psycopg2")
+    db.close_all()
+    fresh = _pg(url)
+    fresh.execute_sql("DROP SCHEMA public CASCADE")
+    fresh.execute_sql("CREATE SCHEMA public")
+    fresh.close()
+    yield url
+    db.close_all()
+
+
+def test_postgres_keeps_the_index_in_step_and_ranks_as_the_table(pg_url, tmp_path):
+    settings = Settings(DB_URL=pg_url)
+    open_stores(settings)
+    assert isinstance(memory_proxy.obj, peewee.PostgresqlDatabase)
+    assert memories.import_jsonl(EXAMPLES, settings, embed=lambda texts: None).added == 18
+    assert_in_step()
+    merged = memories.add_memories(
+        [memories.validate_entry({"content": "Prices are stored as integer cents", "keywords": ["money"]})],
+        settings,
+        embed=lambda texts: None,
+    )
+    first = _add({"content": "Deploys go through the `release` pipeline", "scope": "webshop"})[0]
+    second = _add({"content": "Deploys go through the `ship` pipeline since March", "scope": "webshop"})[0]
+    memories.supersede(first.id, second.id, settings)
+    assert_in_step()
+    assert merged and _sql("SELECT count(*) FROM fulltext_docs WHERE memory_id = ?", (first.id,)) == [(0,)]
+    huge = "a_" + "x" * 3000  # a term PostgreSQL cannot put in a tsvector: left out of it, the write goes through
+    _add({"content": f"The generated token {huge} is never logged", "scope": "webshop"})
+    entries = _generated(300, seed=4)
+    _store(entries)
+    assert_in_step()
+    request = RankRequest(f"where is {huge} logged", scope="webshop", log=False)
+    _same_or_tied(rank(request, settings, _table_engine()), rank(request, settings, _fallback()))
+    scopes = [None, "alpha", "webshop", "global"]
+    assert _compare(_queries([e["content"] for e in entries], 20, seed=2), scopes, settings) >= 15
+
+
+def test_postgres_store_made_before_the_index_is_indexed_when_opened(pg_url):
+    old = _pg(pg_url)
+    migrations.apply_pending(old, [m for m in migrations.MEMORY_MIGRATIONS if m[0] < "0005"])
+    for i, entry in enumerate(
+        [json.loads(line) for line in EXAMPLES.read_text().splitlines() if line.strip()], start=1
+    ):
+        old.execute_sql(
+            "INSERT INTO memories (content, content_hash, norm_hash, keywords, scope, kind, confidence,"
+            " corroborations, contradictions, created_at, updated_at, superseded_by)"
+            " VALUES (%s, %s, %s, %s, %s, %s, 0.75, 0, 0, '2026-01-01', '2026-01-01', %s)",
+            (
+                entry["content"],
+                sha256(entry["content"]),
+                sha256(normalise(entry["content"])),
+                json.dumps(entry.get("keywords", [])),
+                entry.get("scope", "global"),
+                entry.get("kind", "fact"),
+                2 if i == 4 else None,
+            ),
+        )
+    old.close()
+    open_stores(Settings(DB_URL=pg_url))
+    assert [r[0] for r in _sql("SELECT name FROM cairn_migrations ORDER BY name")][-1] == "0005_memories_fulltext"
+    assert_in_step()
+    assert _sql("SELECT count(*) FROM fulltext_docs") == [(17,)]
+    request = RankRequest("how should prices be stored for the checkout?", scope="webshop", log=False)
+    _same_or_tied(rank(request, Settings(), _table_engine()), rank(request, Settings(), _fallback()))

@@ -18,6 +18,7 @@ import peewee
 
 from cairn_cli.db.tables import memory_proxy
 
+TSV_MAX_BYTES = 2046  # PostgreSQL's longest lexeme in a tsvector / tsquery (2 KB less one)
 Doc = tuple  # (memory_id, scope, meta, content_len, keyword_len, terms JSON, neighbour group)
 _DOC_COLUMNS = "memory_id, scope, meta, content_len, keyword_len, terms, grp"
 
@@ -34,7 +35,8 @@ def _sql(sql: str, params: Sequence = ()) -> list[tuple]:
     db = _db()
     if db.param != "?":
         sql = sql.replace("?", db.param)
-    return db.execute_sql(sql, params).fetchall()
+    cursor = db.execute_sql(sql, params)
+    return cursor.fetchall() if cursor.description is not None else []  # psycopg2: a write has no rows to fetch
 
 
 def _marks(n: int) -> str:
@@ -210,7 +212,9 @@ def containing(terms: Sequence[str]) -> list[Doc]:
     if not terms:
         return []
     if is_postgres():
-        query = " | ".join(tsquote(t) for t in terms)
+        query = " | ".join(tsquote(t) for t in terms if len(t.encode()) <= TSV_MAX_BYTES)
+        if not query:
+            return []
         return _sql(f"SELECT {_DOC_COLUMNS} FROM fulltext_docs WHERE tsv @@ ?::tsquery", (query,))
     ids: set[int] = set()
     for start in range(0, len(terms), 500):

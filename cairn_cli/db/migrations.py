@@ -323,6 +323,10 @@ _FULLTEXT_POSTGRES = (
     END
     $body$
     """,
+    """
+    CREATE TRIGGER memories_fulltext AFTER INSERT OR UPDATE OR DELETE ON memories
+        FOR EACH ROW EXECUTE FUNCTION cairn_fulltext_pending()
+    """,
 )
 
 

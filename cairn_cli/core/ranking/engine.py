@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Protocol
 
 from cairn_cli import config
 from cairn_cli.config import Settings
-from cairn_cli.core.prefilter import is_self_referential_meta
 from cairn_cli.core.ranking.lexical import GLOBAL_SCOPE, Candidate, ScoreTable
 from cairn_cli.core.store.memories import embedding_text
 
@@ -161,6 +160,8 @@ class RankEngine:
 
     def _apply(self, entry: _Table, rows, settings: Settings) -> None:
         import numpy as np
+
+        from cairn_cli.core.prefilter import is_self_referential_meta
 
         unembedded: list[Candidate] = []
         for cand, blob, superseded, updated in rows:

@@ -22,7 +22,6 @@ from collections.abc import Sequence
 
 import orjson
 
-from cairn_cli.core.prefilter import is_self_referential_meta
 from cairn_cli.core.text import terms
 
 # The keyword weight the SQLite postings are counted at (a literal in migration 0005's triggers): the fallback's
@@ -35,6 +34,8 @@ def index_row(
 ) -> tuple:
     """(memory_id, scope, meta, content_len, keyword_len, terms JSON, neighbour group): a memory as the index stores
     it. The group is the ranking profile's (scoring.py): the writing session, else the scope."""
+    from cairn_cli.core.prefilter import is_self_referential_meta  # its patterns compile on a write, not a read
+
     content_terms = terms(content)
     keyword_terms = [t for kw in keywords for t in terms(kw)]
     counts: dict[str, list[int]] = {}
@@ -57,12 +58,15 @@ def rows_of(memories: Sequence[tuple]) -> list[tuple]:
 
 
 def tsvector(terms_json: str) -> str:
-    """A tsvector literal of the row's terms, each with one position per occurrence (PostgreSQL's GIN index)."""
-    from cairn_cli.db.fulltext import tsquote
+    """A tsvector literal of the row's terms, each with one position per occurrence (PostgreSQL's GIN index; a term
+    PostgreSQL cannot index, over 2,046 bytes, is left out of it, never failing the write)."""
+    from cairn_cli.db.fulltext import TSV_MAX_BYTES, tsquote
 
     counts = orjson.loads(terms_json)
     parts, position = [], 1
     for term, (in_content, in_keywords) in counts.items():
+        if len(term.encode()) > TSV_MAX_BYTES:
+            continue
         n = min(in_content + FULLTEXT_KEYWORD_WEIGHT * in_keywords, 255)
         parts.append(f"{tsquote(term)}:{','.join(str(min(p, 16383)) for p in range(position, position + n))}")
         position += n
