@@ -37,6 +37,7 @@ from cairn_cli.core.store import fulltext
 from cairn_cli.core.text import terms
 from cairn_cli.errors import ConfigError
 
+COMPLETE_COST = 8  # completing a memory from its stored counts costs about this many postings read
 _EPS = 1e-9  # relative slack on every bound: a memory at the bound is completed, never skipped
 
 
@@ -333,12 +334,16 @@ def _maxscore(
     c1 = BM25_K1 * (1 - BM25_B)
     c2 = BM25_K1 * BM25_B / avgdl if avgdl else 0.0
     plan: list[tuple[float, str]] = []  # (the most one memory can get from the term, the term), largest first
+    tf_ceiling: dict[str, int] = {}
+    doc_freq: dict[str, int] = {}
     for term, (df, df_meta, tf_max, dl_min) in sql.term_stats(query).items():
         full_df = df + (0 if prefilter else df_meta)
         if full_df:
             idf[term] = stats.idf(full_df)
         if df:  # postings exist: tf <= tf_max and length >= dl_min over them
             plan.append((idf[term] * tf_max * (BM25_K1 + 1) / (tf_max + c1 + c2 * dl_min), term))
+            tf_ceiling[term] = tf_max
+            doc_freq[term] = df
     plan.sort(reverse=True)
     left = [0.0] * (len(plan) + 1)  # left[i]: the most the terms from i on can add to a memory
     for i in range(len(plan) - 1, -1, -1):
@@ -347,34 +352,51 @@ def _maxscore(
         None if scopes is None else [stats.scope_id[s] for s in scopes if s in stats.scope_id]
     )
     acc: dict[int, float] = {}  # memory -> its BM25 over the terms read so far
+    lengths: dict[int, int] = {}  # memory -> its length at the postings' keyword weight
     best: list[int] = []  # the k best of acc, once worth tracking
     theta = 0.0  # the k-th best of acc: no more than the k-th best final score
     stop = len(plan)
     for i, (_, term) in enumerate(plan):
         if left[i] < theta * (1 - _EPS):
-            stop = i  # a memory seen in none of the terms read so far scores under theta: the top k is among acc
-            break
+            # a memory seen in none of the terms read so far scores under theta: the top k is among acc. Those of
+            # acc that may still reach it are completed one by one (~10x a posting's cost): reading the next term's
+            # postings instead is cheaper while they are fewer than COMPLETE_COST times those memories
+            floor = theta - _EPS * max(theta, 1.0)
+            open_ = sum(1 for v in acc.values() if v + left[i] >= floor)
+            if doc_freq[term] >= COMPLETE_COST * open_:
+                stop = i
+                break
         a = idf[term] * (BM25_K1 + 1)
         get = acc.get
         rows = postings(term)
         for memory_id, tf, dl in rows:
             acc[memory_id] = get(memory_id, 0.0) + a * tf / (tf + c1 + c2 * dl)
+            lengths[memory_id] = dl
         if len(acc) < k or left[i + 1] >= left[0] - left[i + 1]:
             continue  # theta <= the largest partial score <= what was read: no stop is possible yet
         pool = {r[0] for r in rows}.union(best) if best else set(acc)
         best = heapq.nlargest(k, pool, key=acc.__getitem__)
         theta = acc[best[-1]]
     rest = {term: idf[term] for _, term in plan[stop:]}
-    bound = left[stop]
     top: list[tuple[float, int]] = []  # a min-heap of the k best (score, id) known exactly
     fetched: dict[int, tuple] = {}
     if not rest:
         top = heapq.nlargest(k, ((v, d) for d, v in acc.items()))
-    else:  # complete the memories that may still reach the top k, best partial score first
-        order = sorted(((v, d) for d, v in acc.items() if v + bound >= theta - _EPS * max(theta, 1.0)), reverse=True)
+    else:  # complete the memories that may still reach the top k, the highest ceiling first
+        ceilings: dict[int, float] = {}  # length -> the most the terms left can add to a memory that long
+
+        def ceiling(dl: int) -> float:
+            got = ceilings.get(dl)
+            if got is None:
+                norm = c1 + c2 * dl
+                got = ceilings[dl] = sum(idf[t] * (BM25_K1 + 1) * tf_ceiling[t] / (tf_ceiling[t] + norm) for t in rest)
+            return got
+
+        floor = theta - _EPS * max(theta, 1.0)
+        order = sorted(((up, d) for d, v in acc.items() if (up := v + ceiling(lengths[d])) >= floor), reverse=True)
         for start in range(0, len(order), 64):
             limit = top[0][0] if len(top) >= k else theta
-            batch = [d for v, d in order[start : start + 64] if v + bound >= limit - _EPS * max(limit, 1.0)]
+            batch = [d for up, d in order[start : start + 64] if up >= limit - _EPS * max(limit, 1.0)]
             if not batch:
                 break
             for doc in source.docs(batch):
