@@ -1,7 +1,7 @@
 """The daemon-down fallback: wall time of `cairn rank` as a new process, ranked from the store's full-text index.
 
-Side by side in one run, at 1k / 10k / 100k memories, the runs interleaved (bare, indexed, baseline, bare, ...) so
-that the machine's load falls on every path alike:
+Side by side in one run, at 1k / 10k / 100k memories: every run times bare python and both paths at every size, in
+an order rotating from run to run, so that a change in the machine's load falls on all of them alike:
 
 - bare `python -c pass`;
 - the indexed fallback (this tree: core/ranking/fallback.py, every live memory);
@@ -323,41 +323,53 @@ def main() -> int:
         base_tree = baseline_tree(args.baseline_ref, Path(tmp) / "baseline")
         precompile(base_tree)
         precompile(ROOT)
+        envs: dict[tuple[str, int], dict] = {}
+        index_s: dict[int, float] = {}
         for n in sizes:
             home = Path(tmp) / f"s{n}"
             t0 = time.perf_counter()
-            index_s = make_store(home, memories_for(n, real, words, weights))
-            print(f"[{n}] store in {time.perf_counter() - t0:.1f}s (indexing {index_s:.1f}s)", file=sys.stderr)
-            new_env, old_env = env_for(home, ROOT), env_for(home, base_tree)
-            check(rank_cmd(prompts[0]), new_env, "fallback")
-            check(rank_cmd(prompts[0]), old_env, "most recently updated memories only")
+            index_s[n] = make_store(home, memories_for(n, real, words, weights))
+            print(f"[{n}] store in {time.perf_counter() - t0:.1f}s (indexing {index_s[n]:.1f}s)", file=sys.stderr)
+            envs["indexed", n], envs["baseline", n] = env_for(home, ROOT), env_for(home, base_tree)
+            check(rank_cmd(prompts[0]), envs["indexed", n], "fallback")
+            check(rank_cmd(prompts[0]), envs["baseline", n], "most recently updated memories only")
             for _ in range(2):  # warm the page cache for both
-                run(rank_cmd(prompts[1]), new_env)
-                run(rank_cmd(prompts[1]), old_env)
-            times: dict[str, list[float]] = {"bare": [], "indexed": [], "baseline": []}
-            load_before = load()
-            for i in range(args.runs):
-                prompt = prompts[i % len(prompts)]
-                order = [("bare", [sys.executable, "-c", "pass"], dict(os.environ))]
-                order += [("indexed", rank_cmd(prompt), new_env), ("baseline", rank_cmd(prompt), old_env)]
-                for name, cmd, env in order[i % 3 :] + order[: i % 3]:
-                    times[name].append(run(cmd, env)[0])
-            load_after = load()
-            bare = statistics.median(times["bare"])
-            stages = check(rank_cmd(prompts[2]), new_env, "fallback")["timings_ms"]
+                run(rank_cmd(prompts[1]), envs["indexed", n])
+                run(rank_cmd(prompts[1]), envs["baseline", n])
+        # one loop over every (path, size), the order rotating run by run: a change in the machine's load falls
+        # on all of them alike, so the sizes compare with each other as well as with bare python
+        items: list[tuple[str, int]] = [("bare", 0)] + [(path, n) for n in sizes for path in ("indexed", "baseline")]
+        times: dict[tuple[str, int], list[float]] = {item: [] for item in items}
+        loads = [load()]
+        for i in range(args.runs):
+            prompt = prompts[i % len(prompts)]
+            shift = i % len(items)
+            for path, n in items[shift:] + items[:shift]:
+                if path == "bare":
+                    times[path, n].append(run([sys.executable, "-c", "pass"], dict(os.environ))[0])
+                else:
+                    times[path, n].append(run(rank_cmd(prompt), envs[path, n])[0])
+            loads.append(load())
+        bare = statistics.median(times["bare", 0])
+        results["bare_python"] = summary(times["bare", 0], bare)
+        results["loadavg_1min"] = {
+            "min": min(x[0] for x in loads),
+            "median": statistics.median(x[0] for x in loads),
+            "max": max(x[0] for x in loads),
+        }
+        results["loadavg_before"], results["loadavg_after"] = loads[0], loads[-1]
+        for n in sizes:
+            home = Path(tmp) / f"s{n}"
             row = {
-                "bare_python": summary(times["bare"], bare),
-                "indexed": summary(times["indexed"], bare),
-                "baseline": summary(times["baseline"], bare),
-                "indexed_stages_ms": stages,
-                "index_build_s": round(index_s, 1),
-                "loadavg_before": load_before,
-                "loadavg_after": load_after,
+                "indexed": summary(times["indexed", n], bare),
+                "baseline": summary(times["baseline", n], bare),
+                "indexed_stages_ms": check(rank_cmd(prompts[2]), envs["indexed", n], "fallback")["timings_ms"],
+                "index_build_s": round(index_s[n], 1),
             }
             row["query"] = in_process(home, prompts[: args.queries])
-            row["loadavg_end"] = load()
             results["sizes"][n] = row
             print(f"[{n}] {json.dumps(row)}", file=sys.stderr)
+        results["loadavg_end"] = load()
     for a, b in itertools.pairwise(sizes):
         results[f"growth_{a}_to_{b}"] = {
             name: round(results["sizes"][b][name]["p50_ms"] / results["sizes"][a][name]["p50_ms"], 2)
@@ -375,26 +387,30 @@ def write(results: dict, out: Path, args, sizes: list[int]) -> None:
         "# The daemon-down fallback: `cairn rank` as a new process, from the full-text index",
         "",
         f"- date: {results['date']}; CPU: {results['cpu']}, {results['cores']} cores (shared); flags: {flags}",
-        f"- command: `python scripts/bench_fallback.py --sizes {args.sizes} --runs {args.runs}`; runs interleaved "
-        "(bare, indexed, baseline, rotating); p50 of each",
+        f"- command: `python scripts/bench_fallback.py --sizes {args.sizes} --runs {args.runs}`; every run times "
+        "bare python and both paths at every size, in an order rotating from run to run; p50 / p95 of each",
         f"- memories: {results['text']}; prompts: LoCoMo questions, scope `{SCOPE}`, k=5, deliveries logged; "
         f"context window: prompt + the last turns of {results['transcript'] or 'no transcript'}",
         f"- baseline: the fallback of {results['baseline_ref']} (before the index): BM25 in Python (numpy) over the "
         "5,000 most recently updated memories, the older ones invisible",
+        f"- load average over the timed runs (1 min): min {results['loadavg_1min']['min']}, median "
+        f"{results['loadavg_1min']['median']}, max {results['loadavg_1min']['max']} "
+        f"(1/5/15 min before {results['loadavg_before']}, after {results['loadavg_after']}; this machine's 2 cores are "
+        "shared with other work)",
         "",
-        "| memories | path | p50 ms | p95 ms | × bare python | load avg (1, 5, 15 min) before → after |",
-        "|---:|---|---:|---:|---:|---|",
+        "| memories | path | p50 ms | p95 ms | × bare python |",
+        "|---:|---|---:|---:|---:|",
     ]
+    b = results["bare_python"]
+    lines.append(f"| – | bare `python -c pass` | {b['p50_ms']} | {b['p95_ms']} | 1.0 |")
     for n in sizes:
         row = results["sizes"][n]
-        loads = f"{row['loadavg_before']} → {row['loadavg_after']}"
         for key, label in (
-            ("bare_python", "bare `python -c pass`"),
             ("indexed", "fallback from the full-text index (every memory)"),
             ("baseline", "baseline: Python BM25 scan of the 5,000 newest"),
         ):
             r = row[key]
-            lines.append(f"| {n:,} | {label} | {r['p50_ms']} | {r['p95_ms']} | {r['x_bare']} | {loads} |")
+            lines.append(f"| {n:,} | {label} | {r['p50_ms']} | {r['p95_ms']} | {r['x_bare']} |")
     lines += ["", "| growth of the p50 | indexed | baseline |", "|---|---:|---:|"]
     for a, b in itertools.pairwise(sizes):
         g = results[f"growth_{a}_to_{b}"]

@@ -167,10 +167,12 @@ def test_a_write_cairn_did_not_make_is_queued_and_indexed_before_the_fallback_ra
         updated_at=now,
     ).execute()
     Memory.update(scope="global").where(Memory.id == 5).execute()
+    Memory.delete().where(Memory.id == 7).execute()  # cairn never deletes (it supersedes); a hand-made DELETE
     assert fulltext.is_behind()
     result = rank(RankRequest("where do quarantined flaky tests live", log=False), Settings(), _fallback())
     assert result.items[0].content == text and not fulltext.is_behind()
     assert_in_step()
+    assert _sql("SELECT count(*) FROM fulltext_docs WHERE memory_id = 7") == [(0,)]
 
 
 def test_an_index_that_cannot_be_brought_up_to_date_is_not_trusted(cli, monkeypatch):
