@@ -188,6 +188,29 @@ def test_an_index_that_cannot_be_brought_up_to_date_is_not_trusted(cli, monkeypa
     _same_or_tied(rank(request, Settings(), _table_engine()), result)
 
 
+def test_an_interrupted_indexing_keeps_the_batches_it_finished(cli, monkeypatch):
+    """A large store's first open indexes it batch by batch, each batch committed: killed half way (a hook's
+    timeout), the next open goes on from there rather than from the start."""
+    assert cli("memory", "import", EXAMPLES).exit_code == 0
+    _sql("INSERT INTO fulltext_pending (memory_id) SELECT id FROM memories")
+    calls = []
+    real_rows_of = fulltext.rows_of
+
+    def dies_on_the_third_batch(memories):
+        calls.append(len(memories))
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real_rows_of(memories)
+
+    monkeypatch.setattr(fulltext, "rows_of", dies_on_the_third_batch)
+    with pytest.raises(KeyboardInterrupt):
+        fulltext.sync(batch=5)
+    assert [r[0] for r in _sql("SELECT memory_id FROM fulltext_pending ORDER BY memory_id")] == list(range(11, 19))
+    monkeypatch.setattr(fulltext, "rows_of", real_rows_of)
+    assert fulltext.sync(batch=5) == 8
+    assert_in_step()
+
+
 def test_a_store_made_before_the_index_is_indexed_when_opened(tmp_path):
     """A store with the schema of migrations 0001-0004 and memories written by an older cairn (one superseded):
     opening it applies 0005, which queues every live memory, and indexes them."""
