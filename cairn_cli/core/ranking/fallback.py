@@ -19,6 +19,13 @@ scope bonus and tie-break by newer id), computed in a different order:
   memory in scope, for those weights) is scored from its stored counts.
 - A store whose index is behind (a write the index has not seen) and that this process cannot update is scored
   from the memories themselves, slowly, rather than from a stale index.
+
+Why not SQLite FTS5 and its `bm25()`: its idf (log((N - n + 0.5) / (n + 0.5)), floored at 1e-6) is not cairn's,
+it cannot take cairn's stemmer or the keyword field's weight as they are, and it scores every memory that holds
+any query term; on the same terms its top 10 matched cairn's BM25 for 11 to 20 of 50 prompts and took twice the
+index's time at 100k memories (bench/fallback.md). On PostgreSQL the tsvector's GIN index finds the memories
+that hold a query term and they are scored here, not by `ts_rank_cd` (a cover-density rank, not BM25), so both
+stores rank alike.
 """
 
 from __future__ import annotations
