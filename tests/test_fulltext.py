@@ -389,7 +389,7 @@ META = ["the injected memories were graded in the [cm] block", "remember to save
 
 
 def _generated(n: int, seed: int = 11) -> list[dict]:
-    """Memories of a Zipf-like vocabulary with identifiers, in three scopes, some of them bucket 4."""
+    """Memories of a Zipf-like vocabulary with identifiers, in three scopes and in sessions, some of them bucket 4."""
     rng = random.Random(seed)
     weights = [1 / (i + 1) for i in range(len(WORDS))]
     out = []
@@ -405,6 +405,8 @@ def _generated(n: int, seed: int = 11) -> list[dict]:
                 "keywords": rng.sample(WORDS, rng.randint(0, 3)),
                 "scope": rng.choice(["alpha", "beta", "global"]),
                 "kind": rng.choice(["fact", "fact", "procedure", "correction", "meta"]),
+                # written in sessions of 6 (a session's neighbours may be in other scopes), one in 4 without
+                "session_id": f"s{i // 6}" if i % 4 else None,
             }
         )
     return out
@@ -422,6 +424,7 @@ def _store(entries: list[dict]) -> None:
             "scope": e.get("scope", "global"),
             "kind": e.get("kind", "fact"),
             "confidence": 0.75,
+            "session_id": e.get("session_id"),
             "created_at": now,
             "updated_at": now,
         }
@@ -500,16 +503,24 @@ def test_the_fallback_ranks_as_the_table_whatever_the_weights(overrides, monkeyp
     assert _compare(_queries([e["content"] for e in entries], 12, seed=8), [None, "alpha", "global"], Settings())
 
 
-def test_the_fallback_ranks_as_the_rank_engines_table_on_locomo():
-    """Real conversational text: the dialog turns and observations of LoCoMo conversations, one scope each, ranked
-    for the QA questions asked after the conversation's last turns (a context window of prompt + transcript)."""
+@pytest.mark.parametrize("profile", ["default", "dialog"])
+def test_the_fallback_ranks_as_the_rank_engines_table_on_locomo(profile, monkeypatch):
+    """Real conversational text: the dialog turns (each LoCoMo session a cairn session: the dialog profile's
+    neighbours) and observations of LoCoMo conversations, one scope each, ranked for the QA questions asked after
+    the conversation's last turns (a context window of prompt + transcript): the 50 top 10s identical or tied."""
+    monkeypatch.setenv("CAIRN_RANK_PROFILE", profile)
     data = json.loads(shared("locomo", "locomo_dev.json").read_text())
     entries, queries, scopes = [], [], []
     for conv in data[:3]:
         c, scope = conv["conversation"], conv["sample_id"]
         sessions = sorted((k for k in c if re.fullmatch(r"session_\d+", k)), key=lambda k: int(k.split("_")[1]))
-        turns = [t for key in sessions for t in c[key]]
-        entries += [{"content": f"{t['speaker']}: {t['text']}", "scope": scope} for t in turns if t["text"].strip()]
+        turns = [(f"{scope}-{key}", t) for key in sessions for t in c[key]]
+        entries += [
+            {"content": f"{t['speaker']}: {t['text']}", "scope": scope, "session_id": session}
+            for session, t in turns
+            if t["text"].strip()
+        ]
+        turns = [t for _, t in turns]
         for facts in conv["observation"].values():
             entries += [{"content": f[0], "scope": "global"} for speaker in facts.values() for f in speaker]
         recent = " ".join(t["text"] for t in turns[-4:])
@@ -519,6 +530,7 @@ def test_the_fallback_ranks_as_the_rank_engines_table_on_locomo():
     _store(entries)
     settings = Settings()
     table, fallback = _table_engine(), _fallback()
+    assert len(queries) >= 50
     for query, scope in zip(queries[:50], scopes):
         request = RankRequest(query, scope=scope, k=10, log=False)
         _same_or_tied(rank(request, settings, table), rank(request, settings, fallback))
