@@ -30,7 +30,7 @@ from cairn_cli.core.ranking.engine import RankEngine
 from cairn_cli.core.ranking.lexical import Candidate, lexical_field
 from cairn_cli.core.ranking.rank import RankRequest, rank
 from cairn_cli.core.store import fulltext, memories, open_stores
-from cairn_cli.core.text import normalise, sha256
+from cairn_cli.core.text import normalise, sha256, terms
 from cairn_cli.daemon import lock
 from cairn_cli.db import migrations
 from cairn_cli.db.tables import Memory, memory_proxy
@@ -86,9 +86,9 @@ def assert_in_step() -> None:
             "JOIN fulltext_scopes s ON s.id = p.scope_id"
         )
     )
-    terms = {r[0]: r[1:] for r in _sql("SELECT term, df, df_meta, tf_max, dl_min FROM fulltext_terms")}
-    assert set(terms) == set(df) | set(df_meta)
-    for term, (got_df, got_df_meta, got_tf_max, got_dl_min) in terms.items():
+    term_rows = {r[0]: r[1:] for r in _sql("SELECT term, df, df_meta, tf_max, dl_min FROM fulltext_terms")}
+    assert set(term_rows) == set(df) | set(df_meta)
+    for term, (got_df, got_df_meta, got_tf_max, got_dl_min) in term_rows.items():
         assert (got_df, got_df_meta) == (df[term], df_meta[term]), term
         if df[term]:
             assert got_tf_max >= tf_max[term] and got_dl_min <= dl_min[term], term
@@ -149,6 +149,28 @@ def test_the_index_stays_in_step_with_add_merge_supersede_import_and_evidence(cl
     assert _sql("SELECT * FROM fulltext_docs ORDER BY memory_id") == before and fulltext.is_behind() is False
     assert cli("memory", "add", "The CI cache is keyed by the lock file", "--keywords", "ci,cache").exit_code == 0
     assert_in_step()
+
+
+def test_a_semantic_merge_indexes_the_keywords_it_adds():
+    """Write-time dedup (a near-copy of a memory of its scope merges into it): the merged memory's new keywords
+    are in the index in the same transaction, the near-copy never is."""
+    base, near = "Start PostgreSQL with make db-up before pytest", "Before pytest, start PostgreSQL with make db-up"
+
+    def embed(texts):  # the two texts at cosine 0.99: over any dedup threshold
+        return "fake", [[1.0, 0.0] if t.startswith(base) else [0.99, 0.141067] for t in texts]
+
+    [first] = memories.add_memories(
+        [memories.validate_entry({"content": base, "scope": "webshop"})], Settings(), embed=embed
+    )
+    entry = memories.validate_entry({"content": near, "keywords": ["docker-compose"], "scope": "webshop"})
+    [merged] = memories.add_memories([entry], Settings(), embed=embed)
+    assert (merged.action, merged.id, merged.method) == ("merged", first.id, "semantic")
+    assert not fulltext.is_behind()
+    assert_in_step()
+    (terms_json,) = _sql("SELECT terms FROM fulltext_docs WHERE memory_id = ?", (first.id,))[0]
+    counts = orjson.loads(terms_json)
+    assert all(counts[t] == [0, 1] for t in terms("docker-compose")) and terms("docker-compose")
+    assert _sql("SELECT count(*) FROM fulltext_docs") == [(1,)]
 
 
 def test_a_write_cairn_did_not_make_is_queued_and_indexed_before_the_fallback_ranks(cli):
