@@ -173,6 +173,7 @@ def main() -> int:
     ap.add_argument("--max-train", type=int, default=1500)
     ap.add_argument("--budget-ms", type=float, default=None, help="default: CAIRN_RERANK_BUDGET_MS")
     ap.add_argument("--seed", type=int, default=13)
+    ap.add_argument("--max-queries", type=int, default=0, help="a seeded sample of the held-out questions (0: all)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench")
     args = ap.parse_args()
     t0 = time.time()
@@ -186,6 +187,8 @@ def main() -> int:
     held_convs = set(random.Random(args.seed).sample(convs, 3))
     train_q = [q for q in qs if q["conv"] not in held_convs]
     held = [q for q in qs if q["conv"] in held_convs]
+    if args.max_queries and len(held) > args.max_queries:
+        held = random.Random(args.seed).sample(held, args.max_queries)
     log(f"{len(qs)} questions; held-out conversations {sorted(held_convs)} ({len(held)} questions)")
     result: dict = {
         "date": dt.datetime.now().isoformat(timespec="seconds"),
@@ -193,6 +196,7 @@ def main() -> int:
         "budget_ms": budget,
         "held_out_conversations": sorted(held_convs),
         "questions": {"train": len(train_q), "held": len(held)},
+        "ranked": len(held),
     }
     student = args.student
     if student is None:
@@ -261,7 +265,7 @@ def render(r: dict) -> str:
         f"- date: {r['date']}; command: `scripts/bench_rerank_plan.py`; run time {r['seconds']} s",
         f"- CPU: {r['cpu']}; load average before ranking: {load}",
         f"- budget: CAIRN_RERANK_BUDGET_MS = {r['budget_ms']:g}; held-out conversations {r['held_out_conversations']} "
-        f"({r['questions']['held']} questions as context windows, candidates = the composite's top {TOP})",
+        f"({r.get('ranked', r['questions']['held'])} questions as context windows, candidates = the composite's top {TOP})",
         f"- student: {'trained here on ' + str(r['training']['triples']) + ' triples' if 'training' in r else r['student']}"
         "; no reranker floor (the plan alone is measured)\n",
         "| plan | precision | candidates | max length | R@5 | nDCG@10 | R@5 lost vs unbudgeted | stage p50 ms | "
