@@ -1,0 +1,545 @@
+"""Does the loop learn? LoCoMo dev replayed as Claude Code sessions through the real hooks (see `loop`), and the
+levers of the student reranker measured on the replayed conversations only (see `levers`).
+
+    .venv/bin/python scripts/bench_loop.py levers [--work /tmp/cairn-loop]
+    .venv/bin/python scripts/bench_loop.py loop [--every 500] [--regimes oracle,noisy]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import loopdata  # noqa: E402
+
+HELD_OUT = ("conv-30", "conv-41", "conv-47")  # bench_student.py's seeded held-out conversations: never replayed
+SEED = 13
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def use_home(home: Path) -> None:
+    """Point this process's cairn at `home` (a fresh CAIRN_HOME) with the bundled embedding model."""
+    from cairn_cli import db
+
+    os.environ["CAIRN_HOME"] = str(home)
+    os.environ["CAIRN_EMBED_MODEL"] = "all-MiniLM-L6-v2"
+    for name in ("CAIRN_DB_URL", "CAIRN_EPHEMERAL_DB_URL"):
+        os.environ.pop(name, None)
+    db.close_all()
+
+
+def build_store(home: Path, convs: list[loopdata.Conversation]) -> dict[int, tuple[str, set[str]]]:
+    """Import every conversation's observations into `home`'s store (embedded in process); memory id ->
+    (conversation, the turn ids it stands for)."""
+    from cairn_cli.config import Settings
+    from cairn_cli.core.store import memories, open_stores
+
+    use_home(home)
+    settings = Settings()
+    open_stores(settings)
+    out: dict[int, tuple[str, set[str]]] = {}
+    for conv in convs:
+        entries = [memories.validate_entry(line) for line in loopdata.memory_lines(conv)]
+        results = memories.add_memories(entries, settings)
+        for (_, ids), r in zip(conv.observations, results):
+            out.setdefault(r.id, (conv.sample_id, set()))[1].update(ids)
+    return out
+
+
+def session_windows(root: Path, convs: list[loopdata.Conversation], size: int) -> dict[tuple[str, int], str]:
+    """The context window each prompt gets from `cairn hook prompt` (the prompt + the session's last turns from
+    its transcript), with transcripts written as the session goes (the [cm] block is stripped from the window, so
+    its content does not matter here)."""
+    from cairn_cli.config import Settings
+    from cairn_cli.core.ranking.context import build_context_window
+
+    s = Settings()
+    out = {}
+    for conv in convs:
+        for sid, questions in conv.sessions(size):
+            path = loopdata.transcript_path(root, conv, sid)
+            path.unlink(missing_ok=True)
+            writer = loopdata.TranscriptWriter(path, sid, conv.cwd)
+            for q in questions:
+                writer.user(q.text)
+                window = build_context_window(
+                    q.text, path, max_turns=s.CONTEXT_MAX_TURNS, max_chars=s.CONTEXT_MAX_CHARS
+                )
+                out[conv.sample_id, q.index] = window.text
+                writer.assistant(loopdata.response_blocks(q, {}))
+    return out
+
+
+# -- levers ------------------------------------------------------------------------------------------------------
+
+
+def candidates(queries: list[dict], depth: int) -> None:
+    """Each query's composite top `depth` in its conversation's scope, as production scores it (in place)."""
+    from cairn_cli.config import Settings
+    from cairn_cli.core.ranking.engine import RankEngine
+
+    s = Settings()
+    engine = RankEngine.in_process(s, with_reranker=False)
+    entry = engine.table(s)
+    vecs = engine.embed([q["query"] for q in queries])
+    for q, v in zip(queries, vecs):
+        scored = entry.table.score(
+            q["query"],
+            entry.table.similarities(v),
+            scope=q["conv"],
+            weights=s.weights(),
+            half_life_days=s.RECENCY_HALF_LIFE_DAYS,
+            top=depth,
+        )
+        q["cands"] = [(sc.candidate.id, sc.candidate.content, float(sc.score)) for sc in scored]
+
+
+def recall_table(queries: list[dict], rel: dict, ks=(5, 10, 20, 30, 50)) -> dict:
+    out = {}
+    for k in ks:
+        vals = []
+        for q in queries:
+            relevant = rel[q["conv"], q["index"]]
+            if relevant:
+                vals.append(len(relevant & {c[0] for c in q["cands"][:k]}) / len(relevant))
+        out[f"R@{k}"] = round(sum(vals) / len(vals), 4)
+    return out
+
+
+def evaluate(queries, rel, student: dict | None, *, blend: float, depth: int) -> dict:
+    """R@5 and nDCG@10 (binary, every relevant memory of the store counts) of the rerank stage as the pipeline
+    does it: the composite's top `depth` reranked by the min-max blend, the rest after them in composite order."""
+    from cairn_cli.core.metrics import ndcg
+    from cairn_cli.core.ranking.pipeline import _minmax
+
+    r5, nd = [], []
+    for q in queries:
+        relevant = rel[q["conv"], q["index"]]
+        if not relevant:
+            continue
+        ids = [c[0] for c in q["cands"]]
+        if student is not None:
+            head = q["cands"][:depth]
+            scores = student[q["conv"], q["index"]][:depth]
+            final = [(1 - blend) * c + blend * r for c, r in zip(_minmax([c[2] for c in head]), _minmax(list(scores)))]
+            order = sorted(range(len(head)), key=lambda i: (-final[i], -head[i][0]))
+            ids = [head[i][0] for i in order] + ids[depth:]
+        r5.append(len(relevant & set(ids[:5])) / len(relevant))
+        nd.append(ndcg([3 if i in relevant else 0 for i in ids[:10]], [3] * len(relevant), 10) or 0.0)
+    return {"R@5": round(sum(r5) / len(r5), 4), "nDCG@10": round(sum(nd) / len(nd), 4), "n": len(r5)}
+
+
+def triples_for(queries, rel, how: str, rng: random.Random) -> list[tuple[str, str, str]]:
+    """Training triples (query, relevant, irrelevant) from the training conversations' candidates.
+
+    data-top10: every relevant memory vs the composite's other top 10 (what `--data` was fed before);
+    top20 / top50: negatives from the composite's top 20 / 50 (the served depth and beyond);
+    delivered: only what the hook delivers and the agent grades, the composite's top 5;
+    delivered-k10: the top 10 delivered and graded."""
+    out = []
+    for q in queries:
+        relevant = rel[q["conv"], q["index"]]
+        if not relevant:
+            continue
+        if how.startswith("delivered"):
+            k = 10 if how == "delivered-k10" else 5
+            shown = q["cands"][:k]
+            pos = [t for i, t, _ in shown if i in relevant]
+            neg = [t for i, t, _ in shown if i not in relevant]
+        else:
+            depth = {"data-top10": 10, "top20": 20, "top50": 50}[how]
+            pos = [t for i, t, _ in q["cands"] if i in relevant] + q.get("missed", [])
+            neg = [t for i, t, _ in q["cands"][:depth] if i not in relevant][:depth]
+        out.extend((q["query"], p, n) for p in pos for n in neg)
+    rng.shuffle(out)
+    return out
+
+
+def levers(args) -> dict:
+    from cairn_cli.ml.training import CrossEncoderModel, bundled_base
+
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    convs = [c for c in loopdata.conversations() if c.sample_id not in HELD_OUT]
+    cache = work / "levers-candidates.json"
+    if cache.is_file():
+        data = json.loads(cache.read_text())
+        queries, rel = data["queries"], {tuple(k.split("|")): set(v) for k, v in data["rel"].items()}
+        rel = {(c, int(i)): v for (c, i), v in rel.items()}
+    else:
+        home = work / "levers-home"
+        if home.exists():
+            import shutil
+
+            shutil.rmtree(home)
+        t0 = time.time()
+        mem = build_store(home, convs)
+        windows = session_windows(work / "levers-transcripts", convs, args.session_size)
+        log(f"store: {len(mem)} memories, {len(windows)} windows in {time.time() - t0:.0f} s")
+        queries, rel = [], {}
+        for conv in convs:
+            for q in conv.questions:
+                rel[conv.sample_id, q.index] = {
+                    mid for mid, (c, ids) in mem.items() if c == conv.sample_id and ids & q.evidence
+                }
+                for form in ("window", "question"):
+                    text = windows[conv.sample_id, q.index] if form == "window" else q.text
+                    queries.append({"conv": conv.sample_id, "index": q.index, "form": form, "query": text})
+        candidates(queries, 50)
+        # relevant memories the composite's top 50 missed (the data-top10 rows included every evidence row)
+        texts = dict.fromkeys(mem)
+        from cairn_cli.db.tables import Memory
+
+        for m in Memory.select(Memory.id, Memory.content):
+            texts[m.id] = m.content
+        for q in queries:
+            seen = {c[0] for c in q["cands"]}
+            q["missed"] = [texts[i] for i in sorted(rel[q["conv"], q["index"]] - seen)]
+        cache.write_text(json.dumps({"queries": queries, "rel": {f"{c}|{i}": sorted(v) for (c, i), v in rel.items()}}))
+    result: dict = {"recall": {}, "runs": []}
+    for form in ("question", "window"):
+        qs = [q for q in queries if q["form"] == form]
+        result["recall"][form] = recall_table(qs, rel)
+        log(f"{form}: composite recall {result['recall'][form]}")
+    if args.recall_only:
+        return result
+    # train on 3 of the 4 replayed conversations, validate on the 4th (the held-out three are never touched)
+    valid_conv = args.valid_conv
+    for spec in args.runs.split(","):
+        form, how, epochs, lr, max_pairs = spec.split(":")
+        qs = [q for q in queries if q["form"] == form]
+        train_q = [q for q in qs if q["conv"] != valid_conv]
+        valid_q = [q for q in qs if q["conv"] == valid_conv]
+        triples = triples_for(train_q, rel, how, random.Random(SEED))[: int(max_pairs)]
+        log(f"run {spec}: {len(triples)} triples")
+        model = CrossEncoderModel(bundled_base(), max_length=128)
+        stats = model.train_pairwise(triples, epochs=int(epochs), batch_size=16, lr=float(lr), margin=1.0, seed=SEED)
+        model.serve_mode()
+        student = {(q["conv"], q["index"]): model.score([(q["query"], t) for _, t, _ in q["cands"]]) for q in valid_q}
+        run = {"spec": spec, "triples": len(triples), "train_s": stats.seconds, "grid": {}}
+        run["composite"] = evaluate(valid_q, rel, None, blend=0, depth=20)
+        for depth in (10, 20, 30, 50):
+            for blend in (0.3, 0.5, 0.7, 0.85, 1.0):
+                run["grid"][f"d{depth}/b{blend}"] = evaluate(valid_q, rel, student, blend=blend, depth=depth)
+        log(f"run {spec}: composite {run['composite']} d20/b0.5 {run['grid']['d20/b0.5']}")
+        best = max(run["grid"].items(), key=lambda kv: kv[1]["R@5"])
+        log(f"run {spec}: best {best}")
+        result["runs"].append(run)
+        (work / "levers.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+# -- the loop through the real hooks -----------------------------------------------------------------------------
+
+MEMORY_ID = re.compile(r'<memory id="(\d+)"')
+
+
+class Cairn:
+    """`python -m cairn_cli ...` as a subprocess against one CAIRN_HOME (what Claude Code and cron run)."""
+
+    def __init__(self, home: Path, extra_env: dict[str, str]):
+        self.env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")},
+            "PYTHONPATH": str(ROOT),
+            "CAIRN_HOME": str(home),
+            "CAIRN_EMBED_MODEL": "all-MiniLM-L6-v2",
+            "CAIRN_DAEMON": "auto",
+            "CAIRN_DAEMON_TIMEOUT_MS": "120000",  # a shared 2-core machine: wait for the daemon, never fall back
+            "CAIRN_AB_SEED": "bench-loop",
+            "HF_HUB_OFFLINE": "1",
+            **extra_env,
+        }
+        self.seconds: dict[str, float] = {}
+        self.calls: dict[str, int] = {}
+
+    def run(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+        t0 = time.time()
+        proc = subprocess.run(
+            [sys.executable, "-m", "cairn_cli", *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            env=self.env,
+            cwd=ROOT,
+        )
+        name = " ".join(args[:2])
+        self.seconds[name] = self.seconds.get(name, 0.0) + time.time() - t0
+        self.calls[name] = self.calls.get(name, 0) + 1
+        if check and proc.returncode != 0:
+            raise RuntimeError(f"cairn {' '.join(args)} exited {proc.returncode}: {proc.stderr[-2000:]}")
+        return proc
+
+    def status(self) -> dict:
+        proc = self.run("daemon", "status", "--json", check=False)
+        return json.loads(proc.stdout) if proc.stdout.strip() else {}
+
+
+def oracle_grades(ids: list[int], question: loopdata.Question, mem: dict, noise: float, rng) -> dict[int, int]:
+    """The agent's rg grades: 3 when the memory stands for a turn of the question's evidence, else 0; with
+    `noise`, each grade is flipped (3 <-> 0) with that probability."""
+    out = {}
+    for mid in ids:
+        grade = 3 if mem[mid][1] & question.evidence else 0
+        if noise and rng.random() < noise:
+            grade = 3 - grade
+        out[mid] = grade
+    return out
+
+
+def held_out_queries(work: Path, held: list[loopdata.Conversation], mem: dict, size: int) -> list[dict]:
+    """The held-out conversations' prompts with the context windows the hook would give them (their sessions'
+    transcripts written the same way) and every relevant memory of the store (never replayed, never graded)."""
+    windows = session_windows(work / "held-out-transcripts", held, size)
+    out = []
+    for conv in held:
+        for q in conv.questions:
+            relevant = {mid for mid, (c, ids) in mem.items() if c == conv.sample_id and ids & q.evidence}
+            if relevant:
+                out.append({"conv": conv.sample_id, "query": windows[conv.sample_id, q.index], "relevant": relevant})
+    return out
+
+
+def evaluate_live(home: Path, queries: list[dict], *, composite: bool = False) -> dict:
+    """R@5 / nDCG@10 of the live ranking on the held-out queries: the pipeline of `cairn rank`, in this process,
+    with the reranker that resolves now (composite=True: without one)."""
+    from cairn_cli.config import Settings
+    from cairn_cli.core.metrics import ndcg
+    from cairn_cli.core.ranking.engine import RankEngine
+    from cairn_cli.core.ranking.pipeline import select
+    from cairn_cli.core.store import open_stores
+
+    use_home(home)
+    s = Settings()
+    open_stores(s)
+    engine = RankEngine.in_process(s, with_reranker=not composite)
+    entry = engine.table(s)
+    vecs = engine.embed([q["query"] for q in queries])
+    r5, nd = [], []
+    for q, vec in zip(queries, vecs):
+        chosen = select(
+            entry.table,
+            q["query"],
+            entry.table.similarities(vec),
+            scope=q["conv"],
+            k=10,
+            settings=s,
+            reranker=engine.reranker,
+            ranker="bench",
+        ).chosen
+        ids = [c.candidate.id for c in chosen]
+        r5.append(len(q["relevant"] & set(ids[:5])) / len(q["relevant"]))
+        nd.append(ndcg([3 if i in q["relevant"] else 0 for i in ids], [3] * len(q["relevant"]), 10) or 0.0)
+    reranker = engine.reranker.name if engine.reranker else "none"
+    return {"R@5": round(sum(r5) / len(r5), 4), "nDCG@10": round(sum(nd) / len(nd), 4), "reranker": reranker}
+
+
+def wait_for_reranker(cairn: Cairn, name: str, conv: str, timeout_s: float = 900) -> None:
+    """After a deploy: one ranking makes the daemon look at the student link (it loads the new one in the
+    background); then wait until it serves it, so every later prompt is ranked by the new student."""
+    cairn.run("rank", "warm up", "--scope", conv, "--no-log", "--json")
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if cairn.status().get("reranker") == name:
+            return
+        time.sleep(1)  # polling another process's state (a benchmark, not a test)
+        cairn.run("rank", "warm up", "--scope", conv, "--no-log", "--json")
+    raise RuntimeError(f"the daemon did not load {name} within {timeout_s} s")
+
+
+def replay(args, regime: str, noise: float) -> dict:
+    work = Path(args.work) / regime
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    home = work / "home"
+    convs = loopdata.conversations()
+    replayed = [c for c in convs if c.sample_id not in HELD_OUT]
+    held = [c for c in convs if c.sample_id in HELD_OUT]
+    mem = build_store(home, convs)
+    queries = held_out_queries(work, held, mem, args.session_size)
+    cairn = Cairn(home, {})
+    cairn.run("daemon", "start", "--wait", "600")
+    rng = random.Random(SEED)
+    composite = evaluate_live(home, queries, composite=True)
+    curve = [{"labels": 0, "prompts": 0, **composite}]
+    decisions = []
+    log(f"{regime}: held-out composite {composite}")
+    # sessions of the replayed conversations, interleaved (a user working on four projects)
+    sessions = [(conv, sid, qs) for conv in replayed for sid, qs in conv.sessions(args.session_size)]
+    order = sorted(range(len(sessions)), key=lambda i: (sessions[i][2][0].index, sessions[i][0].sample_id))
+    labels, prompts, last_train = 0, 0, 0
+    for i in order:
+        conv, sid, questions = sessions[i]
+        path = loopdata.transcript_path(work / "transcripts", conv, sid)
+        writer = loopdata.TranscriptWriter(path, sid, conv.cwd)
+        common = {"session_id": sid, "transcript_path": str(path), "cwd": conv.cwd, "permission_mode": "default"}
+        for q in questions:
+            writer.user(q.text)
+            shown = cairn.run(
+                "hook", "prompt", stdin=json.dumps({**common, "hook_event_name": "UserPromptSubmit", "prompt": q.text})
+            )
+            ids = [int(x) for x in MEMORY_ID.findall(shown.stdout)]
+            grades = oracle_grades(ids, q, mem, noise, rng)
+            blocks = loopdata.response_blocks(q, grades)
+            writer.assistant(blocks)
+            cairn.run(
+                "hook",
+                "stop",
+                stdin=json.dumps(
+                    {
+                        **common,
+                        "hook_event_name": "Stop",
+                        "stop_hook_active": False,
+                        "last_assistant_message": "\n\n".join(blocks),
+                    }
+                ),
+            )
+            labels += len(grades)
+            prompts += 1
+            if labels - last_train >= args.every:
+                last_train = labels
+                decisions.append(retrain(cairn, args, home, queries, conv.sample_id, labels, prompts, curve))
+    if labels > last_train:
+        decisions.append(retrain(cairn, args, home, queries, replayed[0].sample_id, labels, prompts, curve, final=True))
+    cairn.run("daemon", "stop", check=False)
+    rankers = delivery_rankers(home)
+    return {
+        "regime": regime,
+        "noise": noise,
+        "labels": labels,
+        "prompts": prompts,
+        "held_out_queries": len(queries),
+        "composite": composite,
+        "curve": curve,
+        "decisions": decisions,
+        "deliveries_by_ranker": rankers,
+        "subprocess_seconds": {k: round(v, 1) for k, v in cairn.seconds.items()},
+        "subprocess_calls": cairn.calls,
+    }
+
+
+def delivery_rankers(home: Path) -> dict:
+    from cairn_cli.config import Settings
+    from cairn_cli.core.store import open_stores
+    from cairn_cli.db.tables import MemoryDelivery
+
+    use_home(home)
+    open_stores(Settings())
+    out: dict = {}
+    for d in MemoryDelivery.select(MemoryDelivery.ranker, MemoryDelivery.reranker_model):
+        key = f"{d.ranker} / {'student' if d.reranker_model.startswith('student:') else d.reranker_model}"
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
+def retrain(cairn, args, home, queries, conv, labels, prompts, curve, final: bool = False) -> dict:
+    """`cairn train-reranker --auto` as cron runs it; after a deploy, the held-out ranking of the live pipeline."""
+    t0 = time.time()
+    min_new = "1" if final else str(args.every)
+    proc = cairn.run("train-reranker", "--auto", "--min-new-labels", min_new, "--json", *args.train_args, check=False)
+    try:
+        report = json.loads(proc.stdout)
+    except ValueError:
+        report = {"outcome": "error", "reason": proc.stderr.strip()[-500:]}
+    decision = {"labels": labels, "prompts": prompts, "seconds": round(time.time() - t0, 1), **report}
+    decision.pop("train_stats", None)
+    log(f"train at {labels} labels: {report.get('outcome')}: {report.get('reason')}")
+    if report.get("outcome") == "deployed":
+        wait_for_reranker(cairn, "student:" + str(Path(report["student_dir"]).resolve()), conv)
+    live = evaluate_live(home, queries)
+    curve.append({"labels": labels, "prompts": prompts, **live, "outcome": report.get("outcome")})
+    decision["held_out_live"] = live
+    log(f"held-out live ranking at {labels} labels: {live}")
+    return decision
+
+
+def plot(results: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for r, colour in zip(results, ("tab:blue", "tab:orange", "tab:green")):
+        xs = [p["labels"] for p in r["curve"]]
+        ax.plot(xs, [p["R@5"] for p in r["curve"]], marker="o", color=colour, label=f"{r['regime']} grades")
+        for p in r["curve"][1:]:
+            if p.get("outcome") == "deployed":
+                ax.annotate("deployed", (p["labels"], p["R@5"]), fontsize=7, xytext=(0, 6), textcoords="offset points")
+    base = results[0]["composite"]["R@5"]
+    ax.axhline(base, color="grey", linestyle="--", label="composite alone")
+    ax.axhline(base + 0.08, color="grey", linestyle=":", label="goal: composite + 0.08")
+    ax.set_xlabel("agent grades (rg labels)")
+    ax.set_ylabel("held-out R@5 of the live ranking")
+    ax.set_title("LoCoMo dev: held-out conversations, ranked by the live pipeline")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def loop(args) -> dict:
+    result = {
+        "date": dt.datetime.now().isoformat(timespec="seconds"),
+        "command": " ".join(sys.argv),
+        "held_out_conversations": list(HELD_OUT),
+        "session_size": args.session_size,
+        "every": args.every,
+        "train_args": args.train_args,
+        "regimes": [],
+    }
+    for regime in args.regimes.split(","):
+        noise = {"oracle": 0.0, "noisy": 0.2}[regime]
+        t0 = time.time()
+        r = replay(args, regime, noise)
+        r["seconds"] = round(time.time() - t0, 1)
+        result["regimes"].append(r)
+        out = Path(args.out)
+        out.mkdir(exist_ok=True)
+        (out / "loop.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
+        plot(result["regimes"], out / "loop.png")
+    return result
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    lv = sub.add_parser("levers")
+    lv.add_argument("--work", default="/tmp/cairn-loop")
+    lv.add_argument("--session-size", type=int, default=8)
+    lv.add_argument("--valid-conv", default="conv-42")
+    lv.add_argument("--recall-only", action="store_true")
+    lv.add_argument("--runs", default="window:data-top10:2:3e-5:3000")
+    lp = sub.add_parser("loop")
+    lp.add_argument("--work", default="/tmp/cairn-loop")
+    lp.add_argument("--out", default=str(ROOT / "bench"))
+    lp.add_argument("--session-size", type=int, default=8)
+    lp.add_argument("--every", type=int, default=500, help="labels between two cron runs of train-reranker --auto")
+    lp.add_argument("--regimes", default="oracle,noisy")
+    lp.add_argument("train_args", nargs="*", help="extra train-reranker flags (after --)")
+    args = ap.parse_args()
+    if args.cmd == "loop":
+        loop(args)
+    if args.cmd == "levers":
+        out = levers(args)
+        print(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
