@@ -336,7 +336,9 @@ class StudentReranker:
     def __init__(self, model, floor: float, name: str = "candidate"):
         self.model, self.floor, self.name = model, floor, name
 
-    def logits(self, query: str, texts: list[str]) -> list[float]:
+    def logits(self, query: str, texts: list[str], *, prompt: str | None = None) -> list[float]:
+        # the pair cut as in training (the tokenizer's truncation); served, a window too long for max length
+        # loses its oldest end and keeps `prompt`: the gate and production differ only on such windows
         return self.model.score([(query, t) for t in texts]) if texts else []
 
     def score_from_logits(self, raw: list[float]) -> list[float]:
