@@ -33,6 +33,13 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+def bench_env(args) -> dict[str, str]:
+    """Settings every cairn of the loop shares (the hooks, cron's train-reranker, this process's evaluation).
+    CAIRN_RERANK_BUDGET_MS=0 by default: the rerank stage as configured (20 candidates, fp32), so what is measured
+    is the ranking's quality and not this shared machine's speed; the composite floor is main's (auto)."""
+    return {"CAIRN_RERANK_BUDGET_MS": str(args.budget_ms), "CAIRN_COMPOSITE_FLOOR": args.floor}
+
+
 def use_home(home: Path) -> None:
     """Point this process's cairn at `home` (a fresh CAIRN_HOME) with the bundled embedding model."""
     from cairn_cli import db
@@ -245,6 +252,50 @@ def levers(args) -> dict:
     return result
 
 
+def simulate(args) -> dict:
+    """Why a student with good pairwise agreement barely moves R@5: on the replayed conversations' composite
+    candidates (the `levers` cache), a simulated student whose held-out agreement (AUC of relevant over
+    irrelevant candidates) is `auc` — relevant ~ N(mu, 1), irrelevant ~ N(0, 1), mu = sqrt(2) * probit(auc) —
+    blended into the composite as the pipeline does, at each blend weight and candidate depth. No model: what
+    the blend and the depth allow a student of that quality to do. Also what the hooks' labels cover: only the
+    5 memories shown are graded."""
+    from statistics import NormalDist
+
+    data = json.loads((Path(args.work) / "levers-candidates.json").read_text())
+    rel = {(c, int(i)): set(v) for c, i, v in ((*k.split("|"), v) for k, v in data["rel"].items())}
+    out: dict = {"auc_runs": args.seeds, "forms": {}}
+    for form in ("window", "question"):
+        qs = [q for q in data["queries"] if q["form"] == form and rel[q["conv"], q["index"]]]
+        entry: dict = {"queries": len(qs), "composite": recall_table(qs, rel, ks=(5, 10, 20, 50))}
+        # what the hook's grades cover: pairs exist only when the top 5 shown mixes relevant and irrelevant
+        shown_mixed = sum(0 < len(rel[q["conv"], q["index"]] & {c[0] for c in q["cands"][:5]}) < 5 for q in qs)
+        missed_in_20 = sum(bool(rel[q["conv"], q["index"]] & {c[0] for c in q["cands"][5:20]}) for q in qs)
+        entry["labels"] = {
+            "queries_with_a_pair_among_the_5_shown": round(shown_mixed / len(qs), 3),
+            "queries_with_a_relevant_memory_at_ranks_6_20": round(missed_in_20 / len(qs), 3),
+        }
+        grid = {}
+        for auc in (0.6, 0.74, 0.85, 0.95, 1.0):
+            mu = 2**0.5 * NormalDist().inv_cdf(min(auc, 0.9999))
+            for depth in (10, 20, 50):
+                for blend in (0.3, 0.5, 0.7, 1.0):
+                    vals = []
+                    for seed in range(args.seeds):
+                        rng = random.Random(seed)
+                        student = {
+                            (q["conv"], q["index"]): [
+                                rng.gauss(mu if c[0] in rel[q["conv"], q["index"]] else 0.0, 1.0) for c in q["cands"]
+                            ]
+                            for q in qs
+                        }
+                        vals.append(evaluate(qs, rel, student, blend=blend, depth=depth)["R@5"])
+                    grid[f"auc{auc}/d{depth}/b{blend}"] = round(sum(vals) / len(vals), 4)
+        entry["simulated_R@5"] = grid
+        out["forms"][form] = entry
+        log(f"{form}: {entry['composite']} {entry['labels']}")
+    return out
+
+
 # -- the loop through the real hooks -----------------------------------------------------------------------------
 
 MEMORY_ID = re.compile(r'<memory id="(\d+)"')
@@ -369,11 +420,16 @@ def replay(args, regime: str, noise: float) -> dict:
     work.mkdir(parents=True)
     home = work / "home"
     convs = loopdata.conversations()
+    held_ids = args.held_out.split(",")
     replayed = [c for c in convs if c.sample_id not in HELD_OUT]
-    held = [c for c in convs if c.sample_id in HELD_OUT]
+    if args.replay:
+        replayed = [c for c in replayed if c.sample_id in args.replay.split(",")]
+    for conv in replayed:
+        conv.questions = conv.questions[: args.max_prompts] if args.max_prompts else conv.questions
+    held = [c for c in convs if c.sample_id in held_ids]
     mem = build_store(home, convs)
     queries = held_out_queries(work, held, mem, args.session_size)
-    cairn = Cairn(home, {})
+    cairn = Cairn(home, bench_env(args))
     cairn.run("daemon", "start", "--wait", "600")
     rng = random.Random(SEED)
     composite = evaluate_live(home, queries, composite=True)
@@ -462,7 +518,9 @@ def retrain(cairn, args, home, queries, conv, labels, prompts, curve, final: boo
     log(f"train at {labels} labels: {report.get('outcome')}: {report.get('reason')}")
     if report.get("outcome") == "deployed":
         wait_for_reranker(cairn, "student:" + str(Path(report["student_dir"]).resolve()), conv)
-    live = evaluate_live(home, queries)
+        live = evaluate_live(home, queries)
+    else:  # nothing changed live: the held-out ranking is the last one measured
+        live = {k: curve[-1][k] for k in ("R@5", "nDCG@10", "reranker")}
     curve.append({"labels": labels, "prompts": prompts, **live, "outcome": report.get("outcome")})
     decision["held_out_live"] = live
     log(f"held-out live ranking at {labels} labels: {live}")
@@ -493,27 +551,115 @@ def plot(results: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def cpu() -> dict:
+    """The machine: model name, cores, and the CPU flags that decide the precisions (AVX2/AVX-512/BF16/AMX)."""
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
+    flags = next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), [])
+    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "")
+    wanted = [f for f in flags if f.startswith(("avx", "amx", "fma")) or f in ("sse4_2",)]
+    return {"model": model, "cores": os.cpu_count(), "flags": sorted(wanted)}
+
+
 def loop(args) -> dict:
+    t_start = time.time()
     result = {
         "date": dt.datetime.now().isoformat(timespec="seconds"),
         "command": " ".join(sys.argv),
-        "held_out_conversations": list(HELD_OUT),
+        "cpu": cpu(),
+        "settings": bench_env(args),
+        "replayed": args.replay or "all but held out",
+        "max_prompts": args.max_prompts,
+        "held_out_conversations": args.held_out.split(","),
         "session_size": args.session_size,
         "every": args.every,
         "train_args": args.train_args,
         "regimes": [],
     }
+    os.environ.update(bench_env(args))
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    from cairn_cli.config import Settings
+
+    s = Settings()
+    for name in ("RERANK_CANDIDATES", "RERANK_BLEND", "RERANKER_MAX_LENGTH", "CONTEXT_MAX_TURNS", "RANK_K"):
+        result["settings"][f"CAIRN_{name}"] = getattr(s, name)
     for regime in args.regimes.split(","):
         noise = {"oracle": 0.0, "noisy": 0.2}[regime]
         t0 = time.time()
         r = replay(args, regime, noise)
         r["seconds"] = round(time.time() - t0, 1)
         result["regimes"].append(r)
+        result["seconds"] = round(time.time() - t_start, 1)
         out = Path(args.out)
         out.mkdir(exist_ok=True)
         (out / "loop.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
         plot(result["regimes"], out / "loop.png")
     return result
+
+
+def _pair(d: dict, a: str, b: str) -> str:
+    return "–" if d.get(a) is None else f"{d[a]:.3f} / {d[b]:.3f}"
+
+
+def report(result: dict) -> str:
+    """bench/loop.md from loop.json: the learning curve of each grade regime and the gate's decisions."""
+    c = result["cpu"]
+    lines = [
+        "# Does the loop learn? LoCoMo dev through the real hooks",
+        "",
+        f"`{result['command']}` — {result['date']}, {result.get('seconds', 0) / 60:.0f} min for "
+        f"{len(result['regimes'])} regime(s) on a shared {c['cores']}-core {c['model']}.",
+        "",
+        f"CPU flags: {' '.join(c['flags'])}.",
+        "",
+        "Replayed: the dev conversations but the held-out ones "
+        f"({result['replayed']}, first {result['max_prompts'] or 'all'} questions each), sessions of "
+        f"{result['session_size']} prompts interleaved across projects, each prompt through `cairn hook prompt` and "
+        "its reply (gold answer + `[cm]` block of `rg` grades of what was shown) through `cairn hook stop`; "
+        f"`cairn train-reranker --auto` every {result['every']} labels as cron runs it "
+        f"(flags: {' '.join(result['train_args']) or 'defaults'}). Held out, never replayed or graded: "
+        f"{', '.join(result['held_out_conversations'])}; each of their questions is ranked with the context window "
+        "the hook would give it, over the whole store in its scope, by the live pipeline (`cairn rank`'s).",
+        "",
+        "Settings: " + ", ".join(f"{k}={v}" for k, v in result["settings"].items()) + ". "
+        "CAIRN_RERANK_BUDGET_MS=0 means no latency budget: the rerank stage as configured, so the curve measures "
+        "ranking quality, not this shared machine's speed (under the default 150 ms budget the plan may shrink "
+        "or skip the stage).",
+        "",
+    ]
+    for r in result["regimes"]:
+        base = r["composite"]
+        lines += [
+            f"## {r['regime']} grades (noise {r['noise']:.0%}) — {r['prompts']} prompts, {r['labels']} labels, "
+            f"{r['seconds'] / 60:.0f} min",
+            "",
+            f"Held-out queries: {r['held_out_queries']}. Composite alone: R@5 {base['R@5']:.3f}, "
+            f"nDCG@10 {base['nDCG@10']:.3f}.",
+            "",
+            "| labels | prompts | gate | train pairs | gate: student / live nDCG@10 | gate: student / live R@5 "
+            "| agreement student / live | held-out R@5 (Δ composite) | held-out nDCG@10 | live reranker |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+            f"| 0 | 0 | – | – | – | – | – | {base['R@5']:.3f} | {base['nDCG@10']:.3f} | none |",
+        ]
+        for d in r["decisions"]:
+            live = d["held_out_live"]
+
+            reranker = live["reranker"]
+            reranker = "student " + Path(reranker).name if reranker.startswith("student:") else reranker
+            lines.append(
+                f"| {d['labels']} | {d['prompts']} | {d.get('outcome')} | {d.get('train_pairs', '–')} "
+                f"| {_pair(d, 'student_ndcg10', 'incumbent_ndcg10')} | {_pair(d, 'student_r5', 'incumbent_r5')} "
+                f"| {_pair(d, 'student_agreement', 'incumbent_agreement')} "
+                f"| {live['R@5']:.3f} ({live['R@5'] - base['R@5']:+.3f}) | {live['nDCG@10']:.3f} | {reranker} |"
+            )
+        lines += ["", "Gate reasons:", ""]
+        lines += [f"- {d['labels']} labels: {d.get('outcome')}: {d.get('reason')}" for d in r["decisions"]]
+        lines += [
+            "",
+            "Deliveries by ranker: " + ", ".join(f"{k}: {v}" for k, v in r["deliveries_by_ranker"].items()) + ".",
+            "",
+        ]
+    lines += ["![learning curve](loop.png)", ""]
+    return "\n".join(lines)
 
 
 def main() -> int:
@@ -531,10 +677,29 @@ def main() -> int:
     lp.add_argument("--session-size", type=int, default=8)
     lp.add_argument("--every", type=int, default=500, help="labels between two cron runs of train-reranker --auto")
     lp.add_argument("--regimes", default="oracle,noisy")
+    lp.add_argument("--replay", default="", help="comma list of the conversations replayed (default: all but held out)")
+    lp.add_argument("--max-prompts", type=int, default=0, help="first N questions of each replayed conversation")
+    lp.add_argument("--held-out", default=",".join(HELD_OUT), help="held-out conversations evaluated")
+    lp.add_argument("--budget-ms", type=float, default=0.0, help="CAIRN_RERANK_BUDGET_MS of the loop (0: none)")
+    lp.add_argument("--floor", default="auto", help="CAIRN_COMPOSITE_FLOOR of the loop")
     lp.add_argument("train_args", nargs="*", help="extra train-reranker flags (after --)")
+    sm = sub.add_parser("simulate", help="what blend and depth allow a student of a given agreement to do")
+    sm.add_argument("--work", default="/tmp/cairn-loop")
+    sm.add_argument("--seeds", type=int, default=3)
+    sm.add_argument("--out", default=str(ROOT / "bench"))
+    rp = sub.add_parser("report", help="write loop.md (and loop.png) from loop.json")
+    rp.add_argument("--out", default=str(ROOT / "bench"))
     args = ap.parse_args()
     if args.cmd == "loop":
         loop(args)
+    if args.cmd in ("loop", "report"):
+        out = Path(args.out)
+        result = json.loads((out / "loop.json").read_text())
+        plot(result["regimes"], out / "loop.png")
+        (out / "loop.md").write_text(report(result))
+    if args.cmd == "simulate":
+        sim = simulate(args)
+        (Path(args.out) / "loop_levers.json").write_text(json.dumps(sim, indent=1) + "\n")
     if args.cmd == "levers":
         out = levers(args)
         print(json.dumps(out, indent=1))
