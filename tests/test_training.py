@@ -438,3 +438,12 @@ def test_a_student_that_ranks_the_answer_first_is_deployed(cli, monkeypatch):
     assert card["held_out"]["student_ndcg10"] == report["student_ndcg10"] and card["gate"]["deploy_margin"] == 0.02
     attempt = state.get(training.STATE_KEY, Settings())
     assert attempt["outcome"] == "deployed" and attempt["incumbent_r5"] == report["incumbent_r5"]
+
+
+def test_the_gate_ranks_under_the_composite_floor_users_get(cli, monkeypatch):
+    # a floor nothing reaches: every held-out prompt abstains for users, so no student can show them more
+    monkeypatch.setenv("CAIRN_COMPOSITE_FLOOR", "0.99")
+    grades = _gate_store(cli)
+    report = _train_with(monkeypatch, FakeStudent(lambda t: grades.get(t, 0)))
+    assert report["student_r5"] == report["incumbent_r5"] == 0.0, report
+    assert report["outcome"] == "refused" and not _student_dir().exists(), report

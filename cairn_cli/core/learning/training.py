@@ -7,11 +7,11 @@ least `min_gap`. Engagement pseudo-labels (engaged -> 3, not engaged -> 0) are m
 after the split, and never for a held-out query: the gate is judged on agent grades alone.
 Gate: what users get. Each held-out query is ranked by the production pipeline (core/ranking: its context window
 over the memory store in its scope as the engine scores it, or for `--data` rows over the query's own rows; the
-composite's best RERANK_CANDIDATES reranked, floor, min-max blend) twice: with the student blended in as it would
-be deployed, and as it ranks live (the composite, or composite + the live cross-encoder). Relevance comes from the
-held-out grades (>= 2 relevant; a memory nobody graded counts as irrelevant, which favours the ranker that chose
-what was graded: the gate is conservative). Deploy only if the student's nDCG@10 >= live + deploy_margin and its
-R@5 >= live - recall_tolerance, on the same queries. Pairwise agreement on the held-out pairs is reported beside
+ranking profile and composite floor in force, the best RERANK_CANDIDATES reranked, floor, min-max blend) twice:
+with the student blended in as it would be deployed, and as it ranks live (the composite, or composite + the live
+cross-encoder). Relevance comes from the held-out grades (>= 2 relevant; a memory nobody graded counts as
+irrelevant, which favours the ranker that chose what was graded: the gate is conservative). Deploy only if the
+student's nDCG@10 >= live + deploy_margin and its R@5 >= live - recall_tolerance, on the same queries. Pairwise agreement on the held-out pairs is reported beside
 it: a student that only reorders pairs nobody is shown raises agreement and not the ranking, and is refused.
 Deploy: the student is written to a new version directory and published by atomically replacing a symlink, so a
 killed run leaves the live student untouched; the previous version stays for `--rollback`.
@@ -353,9 +353,13 @@ def pipeline_rankings(cases: list[RankingCase], rerankers: dict, settings: Setti
 
     from cairn_cli.core.ranking.engine import RankEngine
     from cairn_cli.core.ranking.pipeline import select
+    from cairn_cli.core.ranking.profiles import composite_floor
+    from cairn_cli.core.ranking.profiles import profile as get_profile
     from cairn_cli.core.ranking.scoring import GLOBAL_SCOPE, Candidate, ScoringTable
 
     engine = RankEngine.in_process(settings, with_reranker=False)
+    profile = get_profile(settings)  # the profile and composite floor `cairn rank` ranks with
+    floor, _ = composite_floor(settings, profile.name, engine.embed_model)
     out: dict[str, list[list[int]]] = {name: [] for name in rerankers}
     store_cases = [c for c in cases if c.rows is None]
     entry = engine.table(settings) if store_cases else None
@@ -374,7 +378,16 @@ def pipeline_rankings(cases: list[RankingCase], rerankers: dict, settings: Setti
             sims = table.similarities(np.asarray(encoded[0]))
         for name, reranker in rerankers.items():
             chosen = select(
-                table, case.query, sims, scope=scope, k=GATE_K, settings=settings, reranker=reranker, ranker="gate"
+                table,
+                case.query,
+                sims,
+                scope=scope,
+                k=GATE_K,
+                settings=settings,
+                reranker=reranker,
+                ranker="gate",
+                profile=profile,
+                floor=floor,
             ).chosen
             out[name].append([s.candidate.id for s in chosen])
     return out
