@@ -362,23 +362,30 @@ def held_out_queries(work: Path, held: list[loopdata.Conversation], mem: dict, s
         for q in conv.questions:
             relevant = {mid for mid, (c, ids) in mem.items() if c == conv.sample_id and ids & q.evidence}
             if relevant:
-                out.append({"conv": conv.sample_id, "query": windows[conv.sample_id, q.index], "relevant": relevant})
+                window = windows[conv.sample_id, q.index]
+                out.append({"conv": conv.sample_id, "query": window, "prompt": q.text, "relevant": relevant})
     return out
 
 
-def evaluate_live(home: Path, queries: list[dict], *, composite: bool = False) -> dict:
-    """R@5 / nDCG@10 of the live ranking on the held-out queries: the pipeline of `cairn rank`, in this process,
-    with the reranker that resolves now (composite=True: without one)."""
+def evaluate_live(home: Path, queries: list[dict], *, composite: bool = False, reranker=None) -> dict:
+    """R@5 / nDCG@10 of the live ranking on the held-out queries: `cairn rank`'s pipeline (its ranking profile
+    and composite floor, the prompt kept in each pair), in this process, with the reranker that resolves now
+    (composite=True: without one; `reranker`: this one instead)."""
     from cairn_cli.config import Settings
     from cairn_cli.core.metrics import ndcg
     from cairn_cli.core.ranking.engine import RankEngine
     from cairn_cli.core.ranking.pipeline import select
+    from cairn_cli.core.ranking.profiles import composite_floor
+    from cairn_cli.core.ranking.profiles import profile as get_profile
     from cairn_cli.core.store import open_stores
 
     use_home(home)
     s = Settings()
     open_stores(s)
-    engine = RankEngine.in_process(s, with_reranker=not composite)
+    engine = RankEngine.in_process(s, with_reranker=not composite and reranker is None)
+    reranker = reranker if reranker is not None else engine.reranker
+    profile = get_profile(s)
+    floor, _ = composite_floor(s, profile.name, engine.embed_model)
     entry = engine.table(s)
     vecs = engine.embed([q["query"] for q in queries])
     r5, nd = [], []
@@ -390,14 +397,17 @@ def evaluate_live(home: Path, queries: list[dict], *, composite: bool = False) -
             scope=q["conv"],
             k=10,
             settings=s,
-            reranker=engine.reranker,
+            reranker=reranker,
             ranker="bench",
+            prompt=q.get("prompt"),
+            profile=profile,
+            floor=floor,
         ).chosen
         ids = [c.candidate.id for c in chosen]
         r5.append(len(q["relevant"] & set(ids[:5])) / len(q["relevant"]))
         nd.append(ndcg([3 if i in q["relevant"] else 0 for i in ids], [3] * len(q["relevant"]), 10) or 0.0)
-    reranker = engine.reranker.name if engine.reranker else "none"
-    return {"R@5": round(sum(r5) / len(r5), 4), "nDCG@10": round(sum(nd) / len(nd), 4), "reranker": reranker}
+    name = reranker.name if reranker is not None else "none"
+    return {"R@5": round(sum(r5) / len(r5), 4), "nDCG@10": round(sum(nd) / len(nd), 4), "reranker": name}
 
 
 def wait_for_reranker(cairn: Cairn, name: str, conv: str, timeout_s: float = 900) -> None:
@@ -551,6 +561,100 @@ def plot(results: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def store_map(home: Path, convs: list[loopdata.Conversation]) -> dict[int, tuple[str, set[str]]]:
+    """build_store's memory id -> (conversation, turn ids), read back from `home`'s store."""
+    from cairn_cli.config import Settings
+    from cairn_cli.core.store import open_stores
+    from cairn_cli.db.tables import Memory
+
+    use_home(home)
+    open_stores(Settings())
+    turns = {(c.sample_id, text): ids for c in convs for text, ids in c.observations}
+    out = {}
+    for m in Memory.select(Memory.id, Memory.content, Memory.scope):
+        if (m.scope, m.content) in turns:
+            out[m.id] = (m.scope, set(turns[m.scope, m.content]))
+    return out
+
+
+def shadow_student(home: Path):
+    """`cairn train-reranker` as cron runs it on `home` (never deploying): its report and the student it trained."""
+    from cairn_cli.config import Settings
+    from cairn_cli.core.learning import training
+
+    use_home(home)
+    trained = {}
+    judge = training._judge
+
+    def keep(model, *a, **k):
+        trained["model"] = model
+        return judge(model, *a, **k)
+
+    training._judge = keep
+    try:
+        report = training.train_reranker(Settings(), training.TrainOptions(deploy=False))
+    finally:
+        training._judge = judge
+    return report, trained["model"]
+
+
+def recheck(args) -> None:
+    """After a loop run, for each regime: the held-out ranking of the composite and of every student the gate
+    deployed, measured again with `cairn rank`'s whole pipeline (ranking profile, composite floor, the prompt
+    kept in each pair), and the student the last cron run trained, measured as if it had been deployed whatever
+    the gate said (blend 0.5 as served, and 1.0): does the gate refuse students that would help users?"""
+    from cairn_cli.config import Settings
+    from cairn_cli.core.learning import training
+
+    out = Path(args.out)
+    result = json.loads((out / "loop.json").read_text())
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    for key in ("CAIRN_RERANK_BUDGET_MS", "CAIRN_COMPOSITE_FLOOR"):
+        os.environ[key] = str(result["settings"][key])
+    convs = loopdata.conversations()
+    held = [c for c in convs if c.sample_id in result["held_out_conversations"]]
+    for r in result["regimes"]:
+        if args.regimes and r["regime"] not in args.regimes.split(","):
+            continue
+        work = Path(args.work) / r["regime"]
+        home = work / "home"
+        mem = store_map(home, convs)
+        queries = held_out_queries(work / "recheck", held, mem, result["session_size"])
+        check: dict = {"queries": len(queries), "composite": evaluate_live(home, queries, composite=True)}
+        log(f"{r['regime']}: recheck composite {check['composite']}")
+        check["deployed"] = []
+        for d in r["decisions"]:
+            if d.get("outcome") == "deployed":
+                os.environ["CAIRN_CROSS_ENCODER_STUDENT_PATH"] = d["student_dir"]
+                check["deployed"].append({"labels": d["labels"], **evaluate_live(home, queries)})
+                os.environ.pop("CAIRN_CROSS_ENCODER_STUDENT_PATH")
+                log(f"{r['regime']}: recheck deployed at {d['labels']}: {check['deployed'][-1]}")
+        # the last cron run again, in a copy of the store, with its student kept whatever the gate says
+        shadow = work / "shadow-home"
+        if shadow.exists():
+            shutil.rmtree(shadow)
+        shutil.copytree(home, shadow, symlinks=True)
+        t0 = time.time()
+        report, model = shadow_student(shadow)
+        student = training.StudentReranker(model, Settings().CROSS_ENCODER_STUDENT_FLOOR)
+        check["shadow"] = {
+            "labels": r["labels"],
+            "gate": report.outcome,
+            "gate_reason": report.reason,
+            "train_pairs": report.train_pairs,
+            "agreement": report.student_agreement,
+            "composite_agreement": report.incumbent_agreement,
+            "train_s": round(time.time() - t0, 1),
+        }
+        for blend in ("0.5", "1.0"):
+            os.environ["CAIRN_RERANK_BLEND"] = blend
+            check["shadow"][f"blend {blend}"] = evaluate_live(shadow, queries, reranker=student)
+            log(f"{r['regime']}: shadow student, blend {blend}: {check['shadow'][f'blend {blend}']}")
+        os.environ.pop("CAIRN_RERANK_BLEND")
+        r["recheck"] = check
+        (out / "loop.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
+
+
 def cpu() -> dict:
     """The machine: model name, cores, and the CPU flags that decide the precisions (AVX2/AVX-512/BF16/AMX)."""
     info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
@@ -687,12 +791,20 @@ def main() -> int:
     sm.add_argument("--work", default="/tmp/cairn-loop")
     sm.add_argument("--seeds", type=int, default=3)
     sm.add_argument("--out", default=str(ROOT / "bench"))
+    rc = sub.add_parser(
+        "recheck", help="after `loop`: the curve's points with rank's whole pipeline, and a shadow student"
+    )
+    rc.add_argument("--work", default="/tmp/cairn-loop")
+    rc.add_argument("--out", default=str(ROOT / "bench"))
+    rc.add_argument("--regimes", default="")
     rp = sub.add_parser("report", help="write loop.md (and loop.png) from loop.json")
     rp.add_argument("--out", default=str(ROOT / "bench"))
     args = ap.parse_args()
     if args.cmd == "loop":
         loop(args)
-    if args.cmd in ("loop", "report"):
+    if args.cmd == "recheck":
+        recheck(args)
+    if args.cmd in ("loop", "report", "recheck"):
         out = Path(args.out)
         result = json.loads((out / "loop.json").read_text())
         plot(result["regimes"], out / "loop.png")
