@@ -538,25 +538,45 @@ def retrain(cairn, args, home, queries, conv, labels, prompts, curve, final: boo
 
 
 def plot(results: list[dict], path: Path) -> None:
+    """R@5 of the live ranking minus the composite's on the held-out queries, per grade regime, against labels;
+    hollow: a shadow student (refused) measured as if it had been deployed (recheck)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    for r, colour in zip(results, ("tab:blue", "tab:orange", "tab:green")):
+    for n, (r, colour) in enumerate(zip(results, ("tab:blue", "tab:orange", "tab:green"))):
+        base = r["composite"]["R@5"]
         xs = [p["labels"] for p in r["curve"]]
-        ax.plot(xs, [p["R@5"] for p in r["curve"]], marker="o", color=colour, label=f"{r['regime']} grades")
+        ax.plot(xs, [p["R@5"] - base for p in r["curve"]], marker="o", color=colour, label=f"{r['regime']} grades")
         for p in r["curve"][1:]:
-            if p.get("outcome") == "deployed":
-                ax.annotate("deployed", (p["labels"], p["R@5"]), fontsize=7, xytext=(0, 6), textcoords="offset points")
-    base = results[0]["composite"]["R@5"]
-    ax.axhline(base, color="grey", linestyle="--", label="composite alone")
-    ax.axhline(base + 0.08, color="grey", linestyle=":", label="goal: composite + 0.08")
+            ax.annotate(
+                p.get("outcome", ""),
+                (p["labels"], p["R@5"] - base),
+                fontsize=7,
+                xytext=(0, 6 if n == 0 else -12),
+                textcoords="offset points",
+                ha="center",
+            )
+        check = r.get("recheck")
+        for v in [check["shadow"], *check.get("variants", [])] if check else []:
+            for key in [k for k in v if k.startswith("blend")]:
+                opts = ", ".join(f"{a} {b}" for a, b in v.get("options", {"epochs": 2, "lr": 3e-5}).items())
+                ax.scatter(
+                    [v["labels"]],
+                    [v[key]["R@5"] - check["composite"]["R@5"]],
+                    facecolors="none",
+                    edgecolors=colour,
+                    s=50,
+                    label=f"{r['regime']}: student if deployed ({opts}, {key})",
+                )
+    ax.axhline(0, color="grey", linestyle="--", label="composite alone")
+    ax.axhline(0.08, color="grey", linestyle=":", label="goal (oracle): composite + 0.08")
     ax.set_xlabel("agent grades (rg labels)")
-    ax.set_ylabel("held-out R@5 of the live ranking")
-    ax.set_title("LoCoMo dev: held-out conversations, ranked by the live pipeline")
-    ax.legend(fontsize=8)
+    ax.set_ylabel("held-out R@5, live ranking - composite")
+    ax.set_title("LoCoMo dev, held-out conversations: what the loop's ranking adds")
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -577,7 +597,7 @@ def store_map(home: Path, convs: list[loopdata.Conversation]) -> dict[int, tuple
     return out
 
 
-def shadow_student(home: Path):
+def shadow_student(home: Path, **options):
     """`cairn train-reranker` as cron runs it on `home` (never deploying): its report and the student it trained."""
     from cairn_cli.config import Settings
     from cairn_cli.core.learning import training
@@ -592,10 +612,40 @@ def shadow_student(home: Path):
 
     training._judge = keep
     try:
-        report = training.train_reranker(Settings(), training.TrainOptions(deploy=False))
+        report = training.train_reranker(Settings(), training.TrainOptions(deploy=False, **options))
     finally:
         training._judge = judge
     return report, trained["model"]
+
+
+def shadow_variant(args, r: dict, work: Path, home: Path, queries: list[dict], options: dict, into: list) -> None:
+    """Train a shadow student on a copy of `home` with `options` and measure it on `queries` at each blend."""
+    from cairn_cli.config import Settings
+    from cairn_cli.core.learning import training
+
+    shadow = work / "shadow-home"
+    if shadow.exists():
+        shutil.rmtree(shadow)
+    shutil.copytree(home, shadow, symlinks=True)
+    t0 = time.time()
+    report, model = shadow_student(shadow, **options)
+    student = training.StudentReranker(model, Settings().CROSS_ENCODER_STUDENT_FLOOR)
+    entry = {
+        "labels": r["labels"],
+        "options": options,
+        "gate": report.outcome,
+        "gate_reason": report.reason,
+        "train_pairs": report.train_pairs,
+        "agreement": report.student_agreement,
+        "composite_agreement": report.incumbent_agreement,
+        "train_s": round(time.time() - t0, 1),
+    }
+    for blend in args.blends.split(","):
+        os.environ["CAIRN_RERANK_BLEND"] = blend
+        entry[f"blend {blend}"] = evaluate_live(shadow, queries, reranker=student)
+        log(f"{r['regime']}: shadow student {options}, blend {blend}: {entry[f'blend {blend}']}")
+    os.environ.pop("CAIRN_RERANK_BLEND")
+    into.append(entry)
 
 
 def recheck(args) -> None:
@@ -603,8 +653,6 @@ def recheck(args) -> None:
     deployed, measured again with `cairn rank`'s whole pipeline (ranking profile, composite floor, the prompt
     kept in each pair), and the student the last cron run trained, measured as if it had been deployed whatever
     the gate said (blend 0.5 as served, and 1.0): does the gate refuse students that would help users?"""
-    from cairn_cli.config import Settings
-    from cairn_cli.core.learning import training
 
     out = Path(args.out)
     result = json.loads((out / "loop.json").read_text())
@@ -620,7 +668,15 @@ def recheck(args) -> None:
         home = work / "home"
         mem = store_map(home, convs)
         queries = held_out_queries(work / "recheck", held, mem, result["session_size"])
-        check: dict = {"queries": len(queries), "composite": evaluate_live(home, queries, composite=True)}
+        if args.max_queries and len(queries) > args.max_queries:  # a seeded sample: time on a shared machine
+            queries = random.Random(SEED).sample(queries, args.max_queries)
+        options = {"epochs": args.epochs, "lr": args.lr}
+        if args.variant_only:  # another shadow student beside the one already measured
+            check = r["recheck"]
+            shadow_variant(args, r, work, home, queries, options, check.setdefault("variants", []))
+            (out / "loop.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
+            continue
+        check = {"queries": len(queries), "composite": evaluate_live(home, queries, composite=True)}
         log(f"{r['regime']}: recheck composite {check['composite']}")
         check["deployed"] = []
         for d in r["decisions"]:
@@ -630,27 +686,9 @@ def recheck(args) -> None:
                 os.environ.pop("CAIRN_CROSS_ENCODER_STUDENT_PATH")
                 log(f"{r['regime']}: recheck deployed at {d['labels']}: {check['deployed'][-1]}")
         # the last cron run again, in a copy of the store, with its student kept whatever the gate says
-        shadow = work / "shadow-home"
-        if shadow.exists():
-            shutil.rmtree(shadow)
-        shutil.copytree(home, shadow, symlinks=True)
-        t0 = time.time()
-        report, model = shadow_student(shadow)
-        student = training.StudentReranker(model, Settings().CROSS_ENCODER_STUDENT_FLOOR)
-        check["shadow"] = {
-            "labels": r["labels"],
-            "gate": report.outcome,
-            "gate_reason": report.reason,
-            "train_pairs": report.train_pairs,
-            "agreement": report.student_agreement,
-            "composite_agreement": report.incumbent_agreement,
-            "train_s": round(time.time() - t0, 1),
-        }
-        for blend in ("0.5", "1.0"):
-            os.environ["CAIRN_RERANK_BLEND"] = blend
-            check["shadow"][f"blend {blend}"] = evaluate_live(shadow, queries, reranker=student)
-            log(f"{r['regime']}: shadow student, blend {blend}: {check['shadow'][f'blend {blend}']}")
-        os.environ.pop("CAIRN_RERANK_BLEND")
+        shadows: list = []
+        shadow_variant(args, r, work, home, queries, options, shadows)
+        check["shadow"] = shadows[0]
         r["recheck"] = check
         (out / "loop.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
 
@@ -704,7 +742,7 @@ def _pair(d: dict, a: str, b: str) -> str:
     return "–" if d.get(a) is None else f"{d[a]:.3f} / {d[b]:.3f}"
 
 
-def report(result: dict) -> str:
+def report(result: dict, out: Path) -> str:
     """bench/loop.md from loop.json: the learning curve of each grade regime and the gate's decisions."""
     c = result["cpu"]
     lines = [
@@ -730,6 +768,9 @@ def report(result: dict) -> str:
         "or skip the stage).",
         "",
     ]
+    findings = out / "loop_findings.md"  # hand-written: what the numbers below say, kept across `report` runs
+    if findings.is_file():
+        lines += [findings.read_text().strip(), ""]
     for r in result["regimes"]:
         base = r["composite"]
         lines += [
@@ -755,6 +796,43 @@ def report(result: dict) -> str:
                 f"| {_pair(d, 'student_agreement', 'incumbent_agreement')} "
                 f"| {live['R@5']:.3f} ({live['R@5'] - base['R@5']:+.3f}) | {live['nDCG@10']:.3f} | {reranker} |"
             )
+        for key in ("run", "stopped", "evaluation"):
+            if r.get(key):
+                lines += ["", f"*{key}:* {r[key]}"]
+        check = r.get("recheck")
+        if check:
+            sh = check["shadow"]
+            lines += [
+                "",
+                f"Recheck with `cairn rank`'s whole pipeline, {check['queries']} held-out queries:",
+                "",
+                "| ranking | R@5 | nDCG@10 |",
+                "|---|---|---|",
+                f"| composite alone | {check['composite']['R@5']:.3f} | {check['composite']['nDCG@10']:.3f} |",
+            ]
+            lines += [
+                f"| deployed at {d['labels']} labels | {d['R@5']:.3f} | {d['nDCG@10']:.3f} |" for d in check["deployed"]
+            ]
+            for key in [k for k in sh if k.startswith("blend")]:
+                lines.append(
+                    f"| shadow student on {sh['labels']} labels ({sh['train_pairs']} training pairs), {key} "
+                    f"| {sh[key]['R@5']:.3f} | {sh[key]['nDCG@10']:.3f} |"
+                )
+            for v in check.get("variants", []):
+                opts = ", ".join(f"{k} {x}" for k, x in v["options"].items())
+                for key in [k for k in v if k.startswith("blend")]:
+                    lines.append(
+                        f"| shadow student on {v['labels']} labels, {opts}, {key} "
+                        f"| {v[key]['R@5']:.3f} | {v[key]['nDCG@10']:.3f} |"
+                    )
+            lines.append("")
+            for v in [sh, *check.get("variants", [])]:
+                opts = ", ".join(f"{k} {x}" for k, x in v.get("options", {"epochs": 2, "lr": 3e-5}).items())
+                lines.append(
+                    f"- shadow student ({opts}): its gate {v['gate']}: {v['gate_reason']}; held-out pairwise "
+                    f"agreement {v['agreement']} vs the composite's {v['composite_agreement']}; trained in "
+                    f"{v['train_s']:.0f} s."
+                )
         lines += ["", "Gate reasons:", ""]
         lines += [f"- {d['labels']} labels: {d.get('outcome')}: {d.get('reason')}" for d in r["decisions"]]
         lines += [
@@ -763,6 +841,35 @@ def report(result: dict) -> str:
             "",
         ]
     lines += ["![learning curve](loop.png)", ""]
+    levers = out / "loop_levers.json"
+    if levers.is_file():
+        sim = json.loads(levers.read_text())
+        lines += [
+            "## What blend and depth let a student do (`simulate`, `loop_levers.json`)",
+            "",
+            "The replayed conversations' composite candidates; a simulated student whose pairwise agreement (AUC of "
+            "relevant over irrelevant candidates) is given, independent of the composite, blended in as the pipeline "
+            f"does; mean of {sim['auc_runs']} draws. R@5:",
+            "",
+        ]
+        for form, e in sim["forms"].items():
+            comp = e["composite"]
+            lines += [
+                f"**{form}** as the query ({e['queries']} questions): composite R@5 {comp['R@5']:.3f}, "
+                f"R@10 {comp['R@10']:.3f}, R@20 {comp['R@20']:.3f}, R@50 {comp['R@50']:.3f}; "
+                f"a pair among the 5 shown for {e['labels']['queries_with_a_pair_among_the_5_shown']:.0%} of them, "
+                f"a relevant memory at ranks 6-20 for {e['labels']['queries_with_a_relevant_memory_at_ranks_6_20']:.0%}.",
+                "",
+                "| agreement | depth 10, blend 0.3 / 0.5 / 0.7 / 1.0 | depth 20 | depth 50 |",
+                "|---|---|---|---|",
+            ]
+            g = e["simulated_R@5"]
+            for auc in (0.6, 0.74, 0.85, 0.95, 1.0):
+                cells = [
+                    " / ".join(f"{g[f'auc{auc}/d{d}/b{b}']:.3f}" for b in (0.3, 0.5, 0.7, 1.0)) for d in (10, 20, 50)
+                ]
+                lines.append(f"| {auc} | " + " | ".join(cells) + " |")
+            lines.append("")
     return "\n".join(lines)
 
 
@@ -797,6 +904,11 @@ def main() -> int:
     rc.add_argument("--work", default="/tmp/cairn-loop")
     rc.add_argument("--out", default=str(ROOT / "bench"))
     rc.add_argument("--regimes", default="")
+    rc.add_argument("--max-queries", type=int, default=0, help="a seeded sample of the held-out queries (0: all)")
+    rc.add_argument("--blends", default="0.5,1.0", help="blend weights the shadow student is measured at")
+    rc.add_argument("--epochs", type=int, default=2, help="the shadow student's epochs (cron's default: 2)")
+    rc.add_argument("--lr", type=float, default=3e-5, help="the shadow student's learning rate (cron's default)")
+    rc.add_argument("--variant-only", action="store_true", help="only another shadow student, beside the first")
     rp = sub.add_parser("report", help="write loop.md (and loop.png) from loop.json")
     rp.add_argument("--out", default=str(ROOT / "bench"))
     args = ap.parse_args()
@@ -808,7 +920,7 @@ def main() -> int:
         out = Path(args.out)
         result = json.loads((out / "loop.json").read_text())
         plot(result["regimes"], out / "loop.png")
-        (out / "loop.md").write_text(report(result))
+        (out / "loop.md").write_text(report(result, out))
     if args.cmd == "simulate":
         sim = simulate(args)
         (Path(args.out) / "loop_levers.json").write_text(json.dumps(sim, indent=1) + "\n")
