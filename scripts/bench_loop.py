@@ -545,7 +545,7 @@ def plot(results: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = plt.subplots(figsize=(8, 4.8))
     for n, (r, colour) in enumerate(zip(results, ("tab:blue", "tab:orange", "tab:green"))):
         base = r["composite"]["R@5"]
         xs = [p["labels"] for p in r["curve"]]
@@ -560,16 +560,29 @@ def plot(results: list[dict], path: Path) -> None:
                 ha="center",
             )
         check = r.get("recheck")
-        for v in [check["shadow"], *check.get("variants", [])] if check else []:
+        shadows = [check["shadow"], *check.get("variants", [])] if check else []
+        for m, v in enumerate(shadows):
+            o = {"epochs": 2, "lr": 3e-5, "candidates": 20, **v.get("options", {})}
             for key in [k for k in v if k.startswith("blend")]:
-                opts = ", ".join(f"{a} {b}" for a, b in v.get("options", {"epochs": 2, "lr": 3e-5}).items())
+                y = v[key]["R@5"] - check["composite"]["R@5"]
+                first = m == 0 and key == next(k for k in v if k.startswith("blend"))
                 ax.scatter(
                     [v["labels"]],
-                    [v[key]["R@5"] - check["composite"]["R@5"]],
+                    [y],
                     facecolors="none",
                     edgecolors=colour,
                     s=50,
-                    label=f"{r['regime']}: student if deployed ({opts}, {key})",
+                    label=f"{r['regime']}: a refused student, as if deployed" if first else None,
+                )
+                text = f"{o['epochs']} ep, lr {o['lr']:g}, top {o['candidates']}, blend {key.split()[1]}"
+                ax.annotate(
+                    text,
+                    (v["labels"], y),
+                    fontsize=6,
+                    xytext=(-6, 0),
+                    textcoords="offset points",
+                    ha="right",
+                    va="center",
                 )
     ax.axhline(0, color="grey", linestyle="--", label="composite alone")
     ax.axhline(0.08, color="grey", linestyle=":", label="goal (oracle): composite + 0.08")
@@ -628,11 +641,11 @@ def shadow_variant(args, r: dict, work: Path, home: Path, queries: list[dict], o
         shutil.rmtree(shadow)
     shutil.copytree(home, shadow, symlinks=True)
     t0 = time.time()
-    report, model = shadow_student(shadow, **options)
+    report, model = shadow_student(shadow, **{k: v for k, v in options.items() if k != "candidates"})
     student = training.StudentReranker(model, Settings().CROSS_ENCODER_STUDENT_FLOOR)
     entry = {
         "labels": r["labels"],
-        "options": options,
+        "options": {**options, "candidates": int(os.environ.get("CAIRN_RERANK_CANDIDATES", "20"))},
         "gate": report.outcome,
         "gate_reason": report.reason,
         "train_pairs": report.train_pairs,
@@ -659,6 +672,8 @@ def recheck(args) -> None:
     os.environ["HF_HUB_OFFLINE"] = "1"
     for key in ("CAIRN_RERANK_BUDGET_MS", "CAIRN_COMPOSITE_FLOOR"):
         os.environ[key] = str(result["settings"][key])
+    if args.candidates:  # the composite alone does not rerank: only the shadow students see the depth
+        os.environ["CAIRN_RERANK_CANDIDATES"] = str(args.candidates)
     convs = loopdata.conversations()
     held = [c for c in convs if c.sample_id in result["held_out_conversations"]]
     for r in result["regimes"]:
@@ -908,6 +923,7 @@ def main() -> int:
     rc.add_argument("--blends", default="0.5,1.0", help="blend weights the shadow student is measured at")
     rc.add_argument("--epochs", type=int, default=2, help="the shadow student's epochs (cron's default: 2)")
     rc.add_argument("--lr", type=float, default=3e-5, help="the shadow student's learning rate (cron's default)")
+    rc.add_argument("--candidates", type=int, default=0, help="CAIRN_RERANK_CANDIDATES for the shadow (0: 20)")
     rc.add_argument("--variant-only", action="store_true", help="only another shadow student, beside the first")
     rp = sub.add_parser("report", help="write loop.md (and loop.png) from loop.json")
     rp.add_argument("--out", default=str(ROOT / "bench"))
