@@ -358,7 +358,7 @@ def pipeline_rankings(cases: list[RankingCase], rerankers: dict, settings: Setti
     from cairn_cli.core.ranking.scoring import GLOBAL_SCOPE, Candidate, ScoringTable
 
     engine = RankEngine.in_process(settings, with_reranker=False)
-    profile = get_profile(settings)  # the profile and composite floor `cairn rank` ranks with
+    profile = get_profile(settings)  # the profile and composite floor `cairn rank` ranks the store with
     floor, _ = composite_floor(settings, profile.name, engine.embed_model)
     out: dict[str, list[list[int]]] = {name: [] for name in rerankers}
     store_cases = [c for c in cases if c.rows is None]
@@ -387,7 +387,7 @@ def pipeline_rankings(cases: list[RankingCase], rerankers: dict, settings: Setti
                 reranker=reranker,
                 ranker="gate",
                 profile=profile,
-                floor=floor,
+                floor=floor if case.rows is None else 0.0,  # --data rows are the candidates already chosen
             ).chosen
             out[name].append([s.candidate.id for s in chosen])
     return out
