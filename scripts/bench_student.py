@@ -38,7 +38,7 @@ import locomo  # noqa: E402  (scripts/locomo.py)
 from cairn_cli.config import Settings  # noqa: E402
 from cairn_cli.core import metrics  # noqa: E402
 from cairn_cli.core.learning import training  # noqa: E402
-from cairn_cli.core.learning.training import LabelRow, agreement, gate, make_pairs  # noqa: E402
+from cairn_cli.core.learning.training import LabelRow, agreement, make_pairs  # noqa: E402
 from cairn_cli.core.ranking.pipeline import _minmax  # noqa: E402
 from cairn_cli.core.ranking.scoring import Candidate, ScoringTable  # noqa: E402
 from cairn_cli.ml.models import get_encoder  # noqa: E402
@@ -50,6 +50,13 @@ NOW = dt.datetime(2026, 12, 1)
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def gate(student: float, incumbent: float, margin: float) -> tuple[bool, str]:
+    """The agreement gate this benchmark measured (train-reranker's gate is now the held-out ranking itself)."""
+    if student >= incumbent + margin:
+        return True, f"student {student:.3f} >= incumbent {incumbent:.3f} + {margin:.3f}"
+    return False, f"student {student:.3f} < incumbent {incumbent:.3f} + {margin:.3f}"
 
 
 def ndcg(ranked_grades: list[int], all_grades: list[int], k: int = 10) -> float:

@@ -50,7 +50,23 @@ def train_reranker(
         int, typer.Option("--min-gap", min=1, max=3, help="Only pairs whose grades differ by at least this.")
     ] = 2,
     deploy_margin: Annotated[
-        float, typer.Option("--deploy-margin", min=-1.0, max=1.0, help="Deploy when agreement >= incumbent + this.")
+        float,
+        typer.Option(
+            "--deploy-margin",
+            min=-1.0,
+            max=1.0,
+            help="Deploy only when the ranking with the student blended in beats the live ranking on the held-out "
+            "queries by this much nDCG@10 (absolute).",
+        ),
+    ] = 0.02,
+    recall_tolerance: Annotated[
+        float,
+        typer.Option(
+            "--recall-tolerance",
+            min=0.0,
+            max=1.0,
+            help="... and its held-out R@5 (relevant memories among the 5 shown) is at most this much lower.",
+        ),
     ] = 0.02,
     engagement: Annotated[
         bool,
@@ -83,10 +99,13 @@ def train_reranker(
     min_new_labels: Annotated[int, typer.Option("--min-new-labels", min=1)] = 200,
     json: Json = False,
 ) -> None:
-    """Pairwise fine-tune a student cross-encoder on graded deliveries; it goes live only if it beats the incumbent.
+    """Pairwise fine-tune a student cross-encoder on graded deliveries; it goes live only if it ranks better.
 
-    Held-out queries are split off first (by query, seeded); the incumbent and the student are scored on the same
-    held-out pairs. A deployed student replaces the live one atomically; the daemon picks it up on its next request.
+    Held-out queries are split off first (by query, seeded). Each is ranked as production ranks it (its context
+    window over the memory store, or over its own --data rows): once with the student blended in as it would be
+    deployed, once as ranked live. The student deploys only when nDCG@10 rises by --deploy-margin and R@5 falls by
+    no more than --recall-tolerance (grade >= 2 relevant; pairwise agreement is reported beside it). A deployed
+    student replaces the live one atomically; the daemon picks it up on its next request.
     Example: cairn train-reranker --epochs 2 --engagement --json
     """
     from cairn_cli.core.learning import training
@@ -103,6 +122,7 @@ def train_reranker(
         holdout=holdout,
         min_gap=min_gap,
         deploy_margin=deploy_margin,
+        recall_tolerance=recall_tolerance,
         engagement=engagement,
         engagement_min_pos=engagement_min_pos,
         engagement_max_pairs=engagement_max_pairs,

@@ -5,8 +5,14 @@ delivery_id)` exported from graded deliveries, or any JSONL of that shape (e.g. 
 Split: by query key (never by pair), seeded. Pairs: within a query, (better, worse) when the grades differ by at
 least `min_gap`. Engagement pseudo-labels (engaged -> 3, not engaged -> 0) are merged into TRAINING pairs only,
 after the split, and never for a held-out query: the gate is judged on agent grades alone.
-Gate: the incumbent (the live cross-encoder; with none live, the composite that really orders deliveries) and the
-student are scored on the SAME held-out pairs; deploy only if student agreement >= incumbent + deploy_margin.
+Gate: what users get. Each held-out query is ranked by the production pipeline (core/ranking: its context window
+over the memory store in its scope as the engine scores it, or for `--data` rows over the query's own rows; the
+ranking profile and composite floor in force, the best RERANK_CANDIDATES reranked, floor, min-max blend) twice:
+with the student blended in as it would be deployed, and as it ranks live (the composite, or composite + the live
+cross-encoder). Relevance comes from the held-out grades (>= 2 relevant; a memory nobody graded counts as
+irrelevant, which favours the ranker that chose what was graded: the gate is conservative). Deploy only if the
+student's nDCG@10 >= live + deploy_margin and its R@5 >= live - recall_tolerance, on the same queries. Pairwise agreement on the held-out pairs is reported beside
+it: a student that only reorders pairs nobody is shown raises agreement and not the ranking, and is refused.
 Deploy: the student is written to a new version directory and published by atomically replacing a symlink, so a
 killed run leaves the live student untouched; the previous version stays for `--rollback`.
 """
@@ -35,6 +41,9 @@ STATE_KEY = "reranker_training"  # the last attempt: when, on how many labels, t
 DEPLOY_KEY = "reranker_student"  # the deployed student version and its card
 AUTO_PROMOTE_SAFE = 0.90
 Scorer = Callable[[str, list[str]], list[float]]
+SILVER_FIELDS = ("query", "memory", "grade", "hard_negative", "query_key", "delivery_id")
+GATE_K = 10  # the gate ranks each held-out query's top 10: R@5 and nDCG@10
+RELEVANT_GRADE = 2  # a memory graded >= 2 counts as relevant for R@5
 
 
 @dataclass
@@ -46,6 +55,8 @@ class LabelRow:
     query_key: str = ""
     delivery_id: int | None = None
     source: str = "grade"  # grade | engagement
+    memory_id: int | None = None  # a graded delivery's memory (the ranking gate finds it in the store's ranking)
+    scope: str | None = None  # the scope the delivery was ranked in
 
 
 def silver_path() -> Path:
@@ -75,7 +86,16 @@ def graded_rows(settings: Settings) -> list[LabelRow]:
         else {}
     )
     return [
-        LabelRow(r.context_window, texts[r.memory_id], int(r.grade or 0), bool(r.hard_negative), r.context_key, r.id)
+        LabelRow(
+            r.context_window,
+            texts[r.memory_id],
+            int(r.grade or 0),
+            bool(r.hard_negative),
+            r.context_key,
+            r.id,
+            memory_id=r.memory_id,
+            scope=r.scope,
+        )
         for r in rows
         if r.memory_id in texts
     ]
@@ -125,7 +145,8 @@ def write_jsonl(rows: list[LabelRow], path: Path) -> None:
     atomic_write(
         path,
         "".join(
-            json.dumps({k: v for k, v in asdict(r).items() if k != "source"}, ensure_ascii=False) + "\n" for r in rows
+            json.dumps({k: v for k, v in asdict(r).items() if k in SILVER_FIELDS}, ensure_ascii=False) + "\n"
+            for r in rows
         ),
     )
 
@@ -207,24 +228,6 @@ def agreement(scorer: Scorer, pairs: list[tuple[str, str, str, str]]) -> float:
     return won / len(pairs)
 
 
-def ndcg_at(scorer: Scorer, rows: list[LabelRow], keys: set[str], k: int = 10) -> float:
-    """Mean NDCG@k over the queries in `keys` that have a relevant memory (gain 2^grade - 1)."""
-    by_key: dict[str, list[LabelRow]] = {}
-    for r in rows:
-        if r.query_key in keys:
-            by_key.setdefault(r.query_key, []).append(r)
-    values = []
-    for group in by_key.values():
-        if not any(r.grade for r in group):
-            continue
-        scores = scorer(group[0].query, [r.memory for r in group])
-        ranked = [r.grade for _, r in sorted(zip(scores, group), key=lambda x: -x[0])]
-        value = ndcg(ranked, [r.grade for r in group], k)
-        if value is not None:
-            values.append(value)
-    return sum(values) / len(values) if values else float("nan")
-
-
 def composite_scorer(settings: Settings) -> Scorer:
     """The composite as it orders a query's candidates in production (similarity + BM25 within the candidates +
     scope; confidence and recency weigh 0): the incumbent when no cross-encoder is live."""
@@ -259,6 +262,7 @@ class Incumbent:
     name: str
     scorer: Scorer
     base: Path | None  # its weights, when it is a cross-encoder (the default base to fine-tune)
+    reranker: object | None = None  # the loaded cross-encoder the pipeline blends in (None: the composite alone)
 
 
 def incumbent(settings: Settings) -> Incumbent:
@@ -268,8 +272,158 @@ def incumbent(settings: Settings) -> Incumbent:
     resolution = resolve(settings)
     reranker, _ = load_reranker(settings, resolution)
     if reranker is None:
-        return Incumbent("composite", composite_scorer(settings), None)
-    return Incumbent(reranker.name, reranker.logits, resolution.path)
+        return Incumbent("composite", composite_scorer(settings), None, None)
+    return Incumbent(reranker.name, reranker.logits, resolution.path, reranker)
+
+
+# -- the ranking users get ------------------------------------------------------------------------------------
+
+
+@dataclass
+class RankingCase:
+    """One held-out query as the gate ranks it. From graded deliveries: its context window over the memory store
+    in its scope (`rows` None, `grades` by memory id). From `--data` rows: over the query's own rows (`rows` are
+    the candidates' texts, `grades` by position)."""
+
+    key: str
+    query: str
+    scope: str | None
+    grades: dict[int, int]
+    rows: list[str] | None = None
+
+    @property
+    def relevant(self) -> set[int]:
+        return {i for i, g in self.grades.items() if g >= RELEVANT_GRADE}
+
+
+@dataclass
+class Ranking:
+    """The held-out ranking quality of one pipeline: mean R@5 (grade >= 2 relevant; what the agent is shown)
+    and nDCG@10 (gain 2^grade - 1) over the held-out queries that have a relevant memory; an ungraded memory
+    counts as irrelevant."""
+
+    r5: float
+    ndcg10: float
+    queries: int
+    per_query: list[tuple[float, float]] = field(default_factory=list)
+
+
+def ranking_cases(split_rows: list[LabelRow], keys: set[str], *, from_store: bool) -> list[RankingCase]:
+    """The held-out queries of `keys` with their grades (the newest grade of a memory wins)."""
+    by_key: dict[str, list[LabelRow]] = {}
+    for r in split_rows:
+        if r.query_key in keys:
+            by_key.setdefault(r.query_key, []).append(r)
+    out = []
+    for key in sorted(by_key):
+        group = by_key[key]
+        if from_store:
+            grades = {r.memory_id: r.grade for r in group if r.memory_id is not None}
+            out.append(RankingCase(key, group[-1].query, group[-1].scope, grades))
+        else:
+            texts = list(dict.fromkeys(r.memory for r in group))
+            grades = {}
+            for r in group:
+                grades[texts.index(r.memory)] = r.grade
+            out.append(RankingCase(key, group[0].query, None, grades, texts))
+    return out
+
+
+class StudentReranker:
+    """A freshly trained student as the rank pipeline would serve it once deployed (its logit is its native
+    score; the floor a new student version gets is CAIRN_CROSS_ENCODER_STUDENT_FLOOR)."""
+
+    def __init__(self, model, floor: float, name: str = "candidate"):
+        self.model, self.floor, self.name = model, floor, name
+
+    def logits(self, query: str, texts: list[str], *, prompt: str | None = None) -> list[float]:
+        # the pair cut as in training (the tokenizer's truncation); served, a window too long for max length
+        # loses its oldest end and keeps `prompt`: the gate and production differ only on such windows
+        return self.model.score([(query, t) for t in texts]) if texts else []
+
+    def score_from_logits(self, raw: list[float]) -> list[float]:
+        return list(raw)
+
+
+def pipeline_rankings(cases: list[RankingCase], rerankers: dict, settings: Settings) -> dict[str, list[list[int]]]:
+    """Each held-out query ranked by the production pipeline (core/ranking: the engine's table over the memory
+    store, or the query's own rows; composite -> the best RERANK_CANDIDATES reranked, floor, blend) once per
+    reranker (None: the composite alone). Returns, per reranker name, each case's top GATE_K ids."""
+    import numpy as np
+
+    from cairn_cli.core.ranking.engine import RankEngine
+    from cairn_cli.core.ranking.pipeline import select
+    from cairn_cli.core.ranking.profiles import composite_floor
+    from cairn_cli.core.ranking.profiles import profile as get_profile
+    from cairn_cli.core.ranking.scoring import GLOBAL_SCOPE, Candidate, ScoringTable
+
+    engine = RankEngine.in_process(settings, with_reranker=False)
+    profile = get_profile(settings)  # the profile and composite floor `cairn rank` ranks the store with
+    floor, _ = composite_floor(settings, profile.name, engine.embed_model)
+    out: dict[str, list[list[int]]] = {name: [] for name in rerankers}
+    store_cases = [c for c in cases if c.rows is None]
+    entry = engine.table(settings) if store_cases else None
+    vecs = dict(zip((c.key for c in store_cases), engine.embed([c.query for c in store_cases])))
+    now = utcnow()
+    for case in cases:
+        if case.rows is None:
+            assert entry is not None
+            table, scope = entry.table, case.scope if case.scope in entry.scopes else GLOBAL_SCOPE
+            sims = table.similarities(np.asarray(vecs[case.key])) if len(table) else None
+        else:
+            encoded = engine.embed([case.query, *case.rows])
+            table, scope = ScoringTable([], settings.KEYWORD_FIELD_WEIGHT, dim=engine.encoder.dim), None
+            for i, (text, vec) in enumerate(zip(case.rows, encoded[1:])):
+                table.upsert(Candidate(i, text, [], GLOBAL_SCOPE, "fact", 0.75, now), vec)
+            sims = table.similarities(np.asarray(encoded[0]))
+        for name, reranker in rerankers.items():
+            chosen = select(
+                table,
+                case.query,
+                sims,
+                scope=scope,
+                k=GATE_K,
+                settings=settings,
+                reranker=reranker,
+                ranker="gate",
+                profile=profile,
+                floor=floor if case.rows is None else 0.0,  # --data rows are the candidates already chosen
+            ).chosen
+            out[name].append([s.candidate.id for s in chosen])
+    return out
+
+
+def ranking_quality(cases: list[RankingCase], ranked: list[list[int]]) -> Ranking:
+    """R@5 and nDCG@10 of one pipeline's rankings of `cases` (see Ranking)."""
+    per_query = []
+    for case, ids in zip(cases, ranked):
+        relevant = case.relevant
+        if not relevant:
+            continue
+        r5 = len(relevant & set(ids[:5])) / len(relevant)
+        nd = ndcg([case.grades.get(i, 0) for i in ids[:GATE_K]], list(case.grades.values()), GATE_K) or 0.0
+        per_query.append((r5, nd))
+    if not per_query:
+        return Ranking(float("nan"), float("nan"), 0)
+    n = len(per_query)
+    return Ranking(sum(r for r, _ in per_query) / n, sum(d for _, d in per_query) / n, n, per_query)
+
+
+def gate(candidate: Ranking, live: Ranking, *, margin: float, recall_tolerance: float) -> tuple[bool, str]:
+    """Deploy when the deployed pipeline ranks the held-out queries better than the live one: nDCG@10 at least
+    `margin` higher, and R@5 (what the agent is shown) at most `recall_tolerance` lower. Both on the same queries."""
+    if not candidate.queries or math.isnan(candidate.ndcg10) or math.isnan(live.ndcg10):
+        return False, "no held-out query with a relevant (grade >= 2) memory to judge on"
+    numbers = (
+        f"nDCG@10 {candidate.ndcg10:.3f} vs live {live.ndcg10:.3f} (margin {margin:+.3f}), "
+        f"R@5 {candidate.r5:.3f} vs live {live.r5:.3f} (tolerance {recall_tolerance:.3f}), "
+        f"{candidate.queries} held-out queries"
+    )
+    if candidate.ndcg10 < live.ndcg10 + margin:
+        return False, f"the ranking does not improve enough: {numbers}"
+    if candidate.r5 < live.r5 - recall_tolerance:
+        return False, f"fewer relevant memories shown: {numbers}"
+    return True, f"the ranking improves: {numbers}"
 
 
 # -- deployment -------------------------------------------------------------------------------------------------
@@ -331,6 +485,7 @@ class TrainOptions:
     holdout: float = 0.2
     min_gap: int = 2
     deploy_margin: float = 0.02
+    recall_tolerance: float = 0.02
     engagement: bool = False
     engagement_min_pos: float = 0.2
     engagement_max_pairs: int = 2000
@@ -360,24 +515,21 @@ class TrainReport:
     layers: int | None = None
     student_agreement: float | None = None
     incumbent_agreement: float | None = None
+    ranking_queries: int | None = None  # held-out queries with a relevant memory: the gate's sample
+    student_r5: float | None = None  # the deployed pipeline (composite + the student's blend) on them
+    incumbent_r5: float | None = None  # the live pipeline (composite, or composite + the live reranker)
     student_ndcg10: float | None = None
     incumbent_ndcg10: float | None = None
+    queries_better: int | None = None  # held-out queries whose nDCG@10 the student raises / lowers
+    queries_worse: int | None = None
     deploy_margin: float | None = None
+    recall_tolerance: float | None = None
     auto_promote_safe: bool | None = None
     student_dir: str | None = None
     train_stats: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return asdict(self)
-
-
-def gate(student: float, incumbent_score: float, margin: float) -> tuple[bool, str]:
-    """Beat the incumbent on the same held-out pairs by `margin`."""
-    if math.isnan(student) or math.isnan(incumbent_score):
-        return False, "no held-out pair to judge on"
-    if student >= incumbent_score + margin:
-        return True, f"student {student:.3f} >= incumbent {incumbent_score:.3f} + {margin:.3f}"
-    return False, f"student {student:.3f} < incumbent {incumbent_score:.3f} + {margin:.3f}"
 
 
 @dataclass
@@ -444,7 +596,7 @@ def train_reranker(
         )
     inc = incumbent(settings)
     model = _train_student(settings, opts, split, inc, report, progress)
-    passed = _judge(model, inc, split, opts, report)
+    passed = _judge(model, inc, split, opts, report, settings)
     if passed and opts.deploy:
         _deploy_student(model, settings, report)
     else:
@@ -482,20 +634,33 @@ def _train_student(settings: Settings, opts: TrainOptions, split: Split, inc: In
     return model.serve_mode()
 
 
-def _judge(model, inc: Incumbent, split: Split, opts: TrainOptions, report: TrainReport) -> bool:
-    """Student and incumbent on the SAME held-out pairs; the gate: beat it by the margin."""
+def _judge(model, inc: Incumbent, split: Split, opts: TrainOptions, report: TrainReport, settings: Settings) -> bool:
+    """Student and incumbent on the SAME held-out queries. Pairwise agreement is reported; the gate is the ranking
+    users get: each held-out query ranked by the production pipeline with the student blended in vs the live one."""
 
     def student_scorer(query: str, texts: list[str]) -> list[float]:
         return model.score([(query, t) for t in texts])
 
     report.student_agreement = round(agreement(student_scorer, split.held_pairs), 4)
     report.incumbent_agreement = round(agreement(inc.scorer, split.held_pairs), 4)
-    report.student_ndcg10 = round(ndcg_at(student_scorer, split.rows, split.held_keys), 4)
-    report.incumbent_ndcg10 = round(ndcg_at(inc.scorer, split.rows, split.held_keys), 4)
-    report.deploy_margin = opts.deploy_margin
+    cases = ranking_cases(split.rows, split.held_keys, from_store=opts.data is None)
+    student = StudentReranker(model, settings.CROSS_ENCODER_STUDENT_FLOOR)
+    ranked = pipeline_rankings(cases, {"student": student, "live": inc.reranker}, settings)
+    mine, live = ranking_quality(cases, ranked["student"]), ranking_quality(cases, ranked["live"])
+    report.ranking_queries = mine.queries
+    report.student_r5, report.incumbent_r5 = _round(mine.r5), _round(live.r5)
+    report.student_ndcg10, report.incumbent_ndcg10 = _round(mine.ndcg10), _round(live.ndcg10)
+    pairs = list(zip(mine.per_query, live.per_query))
+    report.queries_better = sum(a[1] > b[1] + 1e-9 for a, b in pairs)
+    report.queries_worse = sum(a[1] < b[1] - 1e-9 for a, b in pairs)
+    report.deploy_margin, report.recall_tolerance = opts.deploy_margin, opts.recall_tolerance
     report.auto_promote_safe = report.student_agreement >= AUTO_PROMOTE_SAFE
-    passed, report.reason = gate(report.student_agreement, report.incumbent_agreement, opts.deploy_margin)
+    passed, report.reason = gate(mine, live, margin=opts.deploy_margin, recall_tolerance=opts.recall_tolerance)
     return passed
+
+
+def _round(value: float) -> float | None:
+    return None if math.isnan(value) else round(value, 4)
 
 
 def _deploy_student(model, settings: Settings, report: TrainReport) -> None:
@@ -535,12 +700,16 @@ def _card(report: TrainReport) -> dict:
         },
         "pairs": {"train": report.train_pairs, "engagement": report.engagement_pairs, "held": report.held_pairs},
         "held_out": {
-            "student_agreement": report.student_agreement,
             "incumbent": report.incumbent,
+            "student_agreement": report.student_agreement,
             "incumbent_agreement": report.incumbent_agreement,
+            "ranking_queries": report.ranking_queries,
+            "student_r5": report.student_r5,
+            "incumbent_r5": report.incumbent_r5,
             "student_ndcg10": report.student_ndcg10,
             "incumbent_ndcg10": report.incumbent_ndcg10,
         },
+        "gate": {"deploy_margin": report.deploy_margin, "recall_tolerance": report.recall_tolerance},
         "auto_promote_safe": report.auto_promote_safe,
         "train": report.train_stats,
     }
@@ -557,9 +726,14 @@ def _record_attempt(report: TrainReport, settings: Settings) -> None:
             "outcome": report.outcome,
             "reason": report.reason,
             "labels": labels,
-            "student_agreement": report.student_agreement,
             "incumbent": report.incumbent,
+            "student_agreement": report.student_agreement,
             "incumbent_agreement": report.incumbent_agreement,
+            "ranking_queries": report.ranking_queries,
+            "student_r5": report.student_r5,
+            "incumbent_r5": report.incumbent_r5,
+            "student_ndcg10": report.student_ndcg10,
+            "incumbent_ndcg10": report.incumbent_ndcg10,
         },
         settings,
         by="cairn train-reranker",
