@@ -177,11 +177,20 @@ def hook_payload(prompt: str) -> str:
     return json.dumps(payload)
 
 
+_RUN = iter(range(10**9))
+
+
+def fresh(i: int) -> str:
+    """A prompt never ranked before in this run: the daemon caches scores per window, so a repeated prompt would
+    time the cache (a retried prompt costs nothing), not the stage."""
+    return f"{PROMPTS[i % len(PROMPTS)]} (attempt {next(_RUN)})"
+
+
 def timed(cmd: list[str], env: dict, runs: int, *, hook: bool = False) -> list[float]:
     out = []
     for i in range(runs):
-        args = [a.replace("{prompt}", PROMPTS[i % len(PROMPTS)]) for a in cmd]
-        stdin = hook_payload(PROMPTS[i % len(PROMPTS)]) if hook else None
+        args = [a.replace("{prompt}", fresh(i)) for a in cmd]
+        stdin = hook_payload(fresh(i)) if hook else None
         t0 = time.perf_counter()
         proc = subprocess.run(args, env=env, capture_output=True, text=True, input=stdin)
         out.append((time.perf_counter() - t0) * 1000)
@@ -227,7 +236,7 @@ def stage_times(env: dict, runs: int) -> tuple[list[float], list[float], dict]:
     """(whole-process ms, the rerank stage's ms as the daemon timed it, one result's plan) of `cairn rank`."""
     whole, stage, plan = [], [], {}
     for i in range(runs):
-        args = [a.replace("{prompt}", PROMPTS[i % len(PROMPTS)]) for a in rank_cmd()] + ["--json"]
+        args = [a.replace("{prompt}", fresh(i)) for a in rank_cmd()] + ["--json"]
         t0 = time.perf_counter()
         proc = subprocess.run(args, env=env, capture_output=True, text=True)
         whole.append((time.perf_counter() - t0) * 1000)
@@ -360,7 +369,11 @@ def write(results: dict, out: Path, args, sizes: list[int]) -> None:
         row = results["sizes"][n]
         labels = [("daemon_composite", "daemon, composite only")]
         for name, (_, what) in PLANS.items():
-            used = row[f"daemon_rerank_{name}"].get("plan") or {}
+            used = row[f"daemon_rerank_{name}"].get("plan") or {
+                "precision": "fp32",
+                "candidates": 20,
+                "max_length": 128,
+            }
             shape = f"{used.get('precision')}, {used.get('candidates')} candidates, {used.get('max_length')} tokens"
             labels += [
                 (f"daemon_rerank_{name}", f"daemon + rerank, {what} [{shape}]"),
