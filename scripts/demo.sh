@@ -36,8 +36,15 @@ printf '%s' '{"session_id": "demo-hook", "cwd": "/src/webshop", "hook_event_name
 ids=($(grep -o '<memory id="[0-9]*"' "$CAIRN_HOME/injected.txt" | grep -o '[0-9]*'))
 
 step "the Stop hook: the agent's answer with its [cm] block (grades, evidence, a new memory) and engagement"
+# grade what was shown (the composite floor may have kept fewer than three): the first load-bearing, the second
+# noise, the third marginal
+grades=("3" "0!" "1")
+rg=""
+for i in "${!ids[@]}"; do
+  if [ "$i" -lt 3 ]; then rg="$rg${rg:+, }\"${ids[$i]}:${grades[$i]}\""; fi
+done
 answer="Run make db-up first: the tests need PostgreSQL listening on 5433.
-[cm]{\"m\": [{\"content\": \"Integration tests need make db-up first (PostgreSQL on 5433), else connection refused\", \"keywords\": [\"pytest\", \"db-up\"], \"scope\": \"webshop\", \"kind\": \"procedure\"}], \"rg\": [\"${ids[0]}:3\", \"${ids[1]}:0!\", \"${ids[2]}:1\"], \"cu\": [${ids[0]}]}[/cm]"
+[cm]{\"m\": [{\"content\": \"Integration tests need make db-up first (PostgreSQL on 5433), else connection refused\", \"keywords\": [\"pytest\", \"db-up\"], \"scope\": \"webshop\", \"kind\": \"procedure\"}], \"rg\": [$rg], \"cu\": [${ids[0]}]}[/cm]"
 python3 -c 'import json, sys; print(json.dumps({"session_id": "demo-hook", "hook_event_name": "Stop",
   "last_assistant_message": sys.argv[1]}))' "$answer" | $cairn hook stop
 tail -n 2 "$CAIRN_HOME/logs/hook.log"
