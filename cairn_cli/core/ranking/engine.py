@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from cairn_cli import config
 from cairn_cli.config import Settings
-from cairn_cli.core.ranking.lexical import GLOBAL_SCOPE, Candidate, ScoreTable
+from cairn_cli.core.ranking.lexical import GLOBAL_SCOPE, Candidate, ScoreTable, candidate_of
 from cairn_cli.core.store.memories import embedding_text
 
 if TYPE_CHECKING:
@@ -224,18 +224,7 @@ def _load_rows(settings: Settings, embed_model: str | None, *, changed_since=Non
     for m in query:
         usable = bool(embed_model) and m.embedding is not None and m.embedding_model == embed_model
         yield (
-            Candidate(
-                id=m.id,
-                content=m.content,
-                keywords=list(m.keywords),
-                scope=m.scope,
-                kind=m.kind,
-                confidence=m.confidence,
-                updated_at=m.updated_at,
-                source_ref=m.source_ref,
-                has_embedding=usable,
-                session_id=m.session_id,
-            ),
+            candidate_of(m, has_embedding=usable),
             m.embedding if usable else None,
             m.superseded_by is not None,
             m.updated_at,

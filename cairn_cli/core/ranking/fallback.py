@@ -39,10 +39,18 @@ import orjson
 
 from cairn_cli.clock import utcnow
 from cairn_cli.config import Settings
-from cairn_cli.core.ranking.lexical import BM25_B, BM25_K1, COMPONENTS, GLOBAL_SCOPE, Candidate, Scored
+from cairn_cli.core.ranking.lexical import (
+    BM25_B,
+    BM25_K1,
+    COMPONENTS,
+    GLOBAL_SCOPE,
+    Candidate,
+    Scored,
+    candidate_of,
+    unknown_weight,
+)
 from cairn_cli.core.store import fulltext
 from cairn_cli.core.text import terms
-from cairn_cli.errors import ConfigError
 
 COMPLETE_COST = 8  # completing a memory from its stored counts costs about this many postings read
 _EPS = 1e-9  # relative slack on every bound: a memory at the bound is completed, never skipped
@@ -151,7 +159,7 @@ class IndexedTable:
     ) -> list[Scored]:
         for name in weights:
             if name not in COMPONENTS:
-                raise ConfigError(f"unknown score weight {name!r}", f"use the components {', '.join(COMPONENTS)}")
+                raise unknown_weight(name)
         entry = self.entry
         in_scope = entry.in_scope_count(scope)
         want = in_scope if top is None else min(top, in_scope)
@@ -546,16 +554,5 @@ def _memories(ids: list[int]) -> dict[int, Candidate]:
     out = {}
     for start in range(0, len(ids), 500):
         for m in Memory.select(*fields).where(Memory.id.in_(ids[start : start + 500])):
-            out[m.id] = Candidate(
-                id=m.id,
-                content=m.content,
-                keywords=list(m.keywords),
-                scope=m.scope,
-                kind=m.kind,
-                confidence=m.confidence,
-                updated_at=m.updated_at,
-                source_ref=m.source_ref,
-                has_embedding=False,
-                session_id=m.session_id,
-            )
+            out[m.id] = candidate_of(m, has_embedding=False)
     return out

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from cairn_cli.core.text import terms
+from cairn_cli.errors import ConfigError
 
 GLOBAL_SCOPE = "global"
 COMPONENTS = ("similarity", "keywords", "scope", "confidence", "recency")
@@ -33,6 +34,26 @@ class Candidate:
     source_ref: str | None = None
     has_embedding: bool = True
     session_id: str | None = None  # memories written in one session, in id order, are each other's neighbours
+
+
+def candidate_of(row, *, has_embedding: bool) -> Candidate:
+    """The scorer's view of a stored memory row (anything with the memories table's columns)."""
+    return Candidate(
+        id=row.id,
+        content=row.content,
+        keywords=list(row.keywords),
+        scope=row.scope,
+        kind=row.kind,
+        confidence=row.confidence,
+        updated_at=row.updated_at,
+        source_ref=row.source_ref,
+        has_embedding=has_embedding,
+        session_id=row.session_id,
+    )
+
+
+def unknown_weight(name: str) -> ConfigError:
+    return ConfigError(f"unknown score weight {name!r}", f"use the components {', '.join(COMPONENTS)}")
 
 
 @dataclass

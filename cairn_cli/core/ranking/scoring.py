@@ -29,9 +29,9 @@ from cairn_cli.core.ranking.lexical import (  # the numpy-free part, re-exported
     Candidate,
     Scored,
     lexical_field,
+    unknown_weight,
 )
 from cairn_cli.core.text import terms
-from cairn_cli.errors import ConfigError
 
 __all__ = [
     "BM25_B",
@@ -320,7 +320,7 @@ class ScoringTable:
             if name == "recency":
                 age_days = np.clip((now_ts - a["updated"][idx]) / 86400.0, 0, None)
                 return 0.5 ** (age_days / half_life_days) if half_life_days > 0 else np.zeros_like(age_days)
-            raise ConfigError(f"unknown score weight {name!r}", f"use the components {', '.join(COMPONENTS)}")
+            raise unknown_weight(name)
 
         everything = slice(None)
         total = np.zeros(n, dtype=np.float64)
