@@ -40,13 +40,13 @@ os.environ.setdefault("CAIRN_EMBED_MODEL", "all-MiniLM-L6-v2")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("CAIRN_HOME", tempfile.mkdtemp(prefix="cairn-plan-"))
 
-import locomo  # noqa: E402  (scripts/locomo.py: reads ../shared/data in place)
 
 from cairn_cli.config import Settings  # noqa: E402
+from cairn_cli.core import metrics  # noqa: E402
 from cairn_cli.core.learning.training import LabelRow, make_pairs  # noqa: E402
 from cairn_cli.core.ranking import plan as planning  # noqa: E402
 from cairn_cli.core.ranking.pipeline import rerank_stage  # noqa: E402
-from cairn_cli.core.ranking.scoring import Candidate, Scored, ScoringTable  # noqa: E402
+from cairn_cli.core.ranking.scoring import Candidate, Scored  # noqa: E402
 
 NOW = dt.datetime(2026, 12, 1)
 TOP = 20
@@ -56,40 +56,21 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def ndcg10(grades: list[int], n_relevant: int) -> float:
-    import math
-
-    dcg = sum((2**g - 1) / math.log2(i + 2) for i, g in enumerate(grades[:10]))
-    ideal = sum((2**3 - 1) / math.log2(i + 2) for i in range(min(10, n_relevant)))
-    return dcg / ideal if ideal else 0.0
-
-
 def queries(settings: Settings) -> list[dict]:
-    """Per question: the prompt, its window, the composite's top 20 (turn index, text, grade, composite score)."""
-    from cairn_cli.ml.models import get_encoder
+    """Per question (bench_student's hot-path-like windows): the prompt, its window, the composite's top 20 (turn
+    index, text, grade, composite score)."""
+    import bench_student
 
-    encoder = get_encoder("all-MiniLM-L6-v2")
-    out = []
-    for ci, conv in enumerate(locomo.conversations()):
-        turns, index = locomo.turns_and_index(conv)
-        tail = " ".join(f"user: {t}" for t in reversed(turns[-6:]))
-        table = ScoringTable([], settings.KEYWORD_FIELD_WEIGHT, dim=encoder.dim)
-        for i, (text, v) in enumerate(zip(turns, encoder.encode(turns))):
-            table.upsert(Candidate(i, text, [], "global", "fact", 0.75, NOW), v)
-        qs = [q for q in conv["qa"] if q.get("category") in locomo.CATEGORIES]
-        windows = [(q["question"] + " " + tail)[:2000] for q in qs]
-        for q, window, qv in zip(qs, windows, encoder.encode(windows)):
-            evidence = locomo.evidence(q, index)
-            if not evidence:
-                continue
-            scored = table.score(
-                window, table.similarities(qv), scope=None, weights=settings.weights(), half_life_days=30.0, top=TOP
-            )
-            cands = [
-                (s.candidate.id, s.candidate.content, 3 if s.candidate.id in evidence else 0, s.score) for s in scored
-            ]
-            out.append({"conv": ci, "prompt": q["question"], "window": window, "cands": cands, "n": len(evidence)})
-    return out
+    return [
+        {
+            "conv": q["conv"],
+            "prompt": q["prompt"],
+            "window": q["query"],
+            "cands": [(i, text, g, s) for i, (text, g, s) in zip(q["ids"], q["cands"])],
+            "n": q["n_evidence"],
+        }
+        for q in bench_student.locomo_queries(settings, True, TOP)
+    ]
 
 
 def train_student(train_q: list[dict], args, out_dir: Path) -> dict:
@@ -127,12 +108,11 @@ def run_plan(reranker, held: list[dict], precision: str | None, n: int, length: 
             order = head + [s.candidate.id for s in scored if s.candidate.id not in set(head)]
         grades = [grade[i] for i in order]
         r5.append(sum(g == 3 for g in grades[:5]) / q["n"])
-        nd.append(ndcg10(grades, q["n"]))
+        nd.append(metrics.ndcg(grades, [3] * q["n"], 10) or 0.0)
     out = {"R@5": round(statistics.mean(r5), 4), "nDCG@10": round(statistics.mean(nd), 4)}
     if times:
-        times.sort()
         out["stage_p50_ms"] = round(statistics.median(times), 1)
-        out["stage_p95_ms"] = round(times[min(len(times) - 1, int(0.95 * len(times)))], 1)
+        out["stage_p95_ms"] = round(metrics.percentile(times, 95) or 0.0, 1)
     return out
 
 

@@ -93,7 +93,16 @@ def locomo_queries(settings: Settings, windows: bool, candidates: int):
                 top=candidates,
             )
             cands = [(s.candidate.content, 3 if s.candidate.id in evidence else 0, s.score) for s in scored]
-            out.append({"conv": ci, "query": text, "cands": cands, "n_evidence": len(evidence)})
+            out.append(
+                {
+                    "conv": ci,
+                    "query": text,
+                    "prompt": q["question"],
+                    "cands": cands,
+                    "ids": [s.candidate.id for s in scored],
+                    "n_evidence": len(evidence),
+                }
+            )
     return out
 
 
