@@ -48,6 +48,13 @@ _SETTINGS = [
     Setting("RELEVANCE_PREFILTER_ENABLED", True, bool, "Drop self-referential meta memories (kind correction exempt)."),
     Setting("RANK_K", 5, int, "How many memories `cairn rank` injects."),
     Setting(
+        "EXPLORE_RATE",
+        0.1,
+        float,
+        "Share of hook prompts whose last slot shows a memory from just below the top k, so that the agent grades "
+        "what the ranker does not show yet and a student can be credited for promoting it (0: off).",
+    ),
+    Setting(
         "RANK_PROFILE",
         "default",
         str,

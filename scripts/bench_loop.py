@@ -508,9 +508,13 @@ def delivery_rankers(home: Path) -> dict:
     use_home(home)
     open_stores(Settings())
     out: dict = {}
-    for d in MemoryDelivery.select(MemoryDelivery.ranker, MemoryDelivery.reranker_model):
+    for d in MemoryDelivery.select(
+        MemoryDelivery.ranker, MemoryDelivery.reranker_model, MemoryDelivery.score_components
+    ):
         key = f"{d.ranker} / {'student' if d.reranker_model.startswith('student:') else d.reranker_model}"
         out[key] = out.get(key, 0) + 1
+        if (d.score_components or {}).get("explored_from_rank"):
+            out["explored (shown from below the top 5)"] = out.get("explored (shown from below the top 5)", 0) + 1
     return out
 
 
@@ -737,7 +741,14 @@ def loop(args) -> dict:
     from cairn_cli.config import Settings
 
     s = Settings()
-    for name in ("RERANK_CANDIDATES", "RERANK_BLEND", "RERANKER_MAX_LENGTH", "CONTEXT_MAX_TURNS", "RANK_K"):
+    for name in (
+        "RERANK_CANDIDATES",
+        "RERANK_BLEND",
+        "RERANKER_MAX_LENGTH",
+        "CONTEXT_MAX_TURNS",
+        "RANK_K",
+        "EXPLORE_RATE",
+    ):
         result["settings"][f"CAIRN_{name}"] = getattr(s, name)
     for regime in args.regimes.split(","):
         noise = {"oracle": 0.0, "noisy": 0.2}[regime]

@@ -100,6 +100,19 @@ def test_top_keeps_the_best_in_order():
     assert [s.candidate.id for s in top] == [s.candidate.id for s in everything[:5]] == [29, 28, 27, 26, 25]
 
 
+@pytest.mark.parametrize("top", [1, 3, 5, 8, 12, 40])
+def test_a_tie_at_the_cut_goes_to_the_newer_id_whatever_top_is(top):
+    """Found by exploration's test: with 12 memories tied, top=5 picked 5 of them arbitrarily (argpartition) and
+    top=20 another order, so a deeper pool changed what the top 5 was."""
+    cands = [_cand(i, "deploy the release train") for i in range(1, 13)]
+    sims = [0.5 if i % 3 else 0.4 for i in range(1, 13)]  # 1, 2, 4, 5, 7, 8, 10, 11 tie on top
+    table = ScoringTable(cands, 2)
+    ranked = table.score(
+        "deploy", sims, scope=None, weights=Settings().weights(), half_life_days=30.0, now=NOW, top=top
+    )
+    assert [s.candidate.id for s in ranked] == [11, 10, 8, 7, 5, 4, 2, 1, 12, 9, 6, 3][:top]
+
+
 def test_an_unknown_score_weight_is_a_configuration_error_not_recency():
     from cairn_cli.errors import ConfigError
 

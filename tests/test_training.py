@@ -112,12 +112,37 @@ def test_agreement():
     assert agreement(lambda q, texts: [0.0] * len(texts), pairs) == 0.5  # ties count half
 
 
-def test_ranking_quality_counts_grade_2_and_up_as_relevant_and_ungraded_as_irrelevant():
+def test_ranking_quality_counts_grade_2_and_up_as_relevant_and_leaves_ungraded_memories_out():
     cases = [RankingCase("a", "q", "s", {1: 3, 2: 0, 3: 2}), RankingCase("b", "q", "s", {4: 1, 5: 0})]
     perfect = ranking_quality(cases, [[1, 3, 2], [4]])
     assert perfect.queries == 1 and perfect.r5 == 1.0 and perfect.ndcg10 == pytest.approx(1.0)  # b has no relevant
-    shown_late = ranking_quality(cases, [[9, 8, 7, 6, 2, 1, 3], []])  # 1 is 6th: out of the 5 shown
-    assert shown_late.r5 == 0.0 and 0 < shown_late.ndcg10 < perfect.ndcg10
+    # ungraded memories (9, 8, 7, 6) say nothing either way: the ranking is condensed to 2, 1, 3
+    condensed = ranking_quality(cases, [[9, 8, 7, 6, 2, 1, 3], []])
+    assert condensed.r5 == 1.0 and 0 < condensed.ndcg10 < perfect.ndcg10
+    assert condensed.ndcg10 == pytest.approx(ranking_quality(cases, [[2, 1, 3], []]).ndcg10)
+
+
+def test_the_gate_credits_a_student_that_promotes_an_explored_memory_and_no_longer_punishes_unshown_ones():
+    """Live showed 1-5 (graded: 1 relevant, the rest not) and exploration showed 7 from rank 7 (relevant). A student
+    that lifts 7 into its top 5 shows more relevant memories; one that lifts an ungraded memory (9) is not punished
+    for it, the way counting 9 irrelevant punished every promotion (R@5 1.0 by construction for the live ranking)."""
+    grades = {1: 3, 2: 0, 3: 0, 4: 0, 5: 0, 7: 3}
+    cases = [RankingCase("a", "q", "s", grades)]
+    live = ranking_quality(cases, [[1, 2, 3, 4, 5, 6, 7, 8]])
+    promotes_explored = ranking_quality(cases, [[7, 1, 2, 3, 4, 5, 6, 8]])
+    promotes_unshown = ranking_quality(cases, [[9, 1, 2, 3, 4, 5, 7]])
+    assert live.r5 == 0.5 and promotes_explored.r5 == 1.0
+    assert gate(promotes_explored, live, margin=0.02, recall_tolerance=0.02)[0]
+    assert promotes_unshown.r5 == live.r5 and promotes_unshown.ndcg10 == pytest.approx(live.ndcg10)
+
+
+def test_auto_epochs_scale_with_the_training_pairs():
+    from cairn_cli.core.learning.training import AUTO_EPOCHS, epochs_for
+
+    assert epochs_for(0) == AUTO_EPOCHS[1] and epochs_for(100) == AUTO_EPOCHS[1]
+    assert epochs_for(472) == 7  # the LoCoMo loop's oracle labels (bench/loop.md)
+    assert epochs_for(100_000) == AUTO_EPOCHS[0]
+    assert all(epochs_for(n) >= epochs_for(n + 50) for n in range(0, 5000, 50))
 
 
 @pytest.mark.parametrize(

@@ -39,9 +39,12 @@ def train_reranker(
             help="incumbent (the live cross-encoder, else the bundled MiniLM), bundled, or a model directory."
         ),
     ] = "incumbent",
-    epochs: Annotated[int, typer.Option(min=1, max=50)] = 2,
+    epochs: Annotated[
+        int | None,
+        typer.Option(min=1, max=50, help="Passes over the pairs (default: scaled to them, 3-10, ~3000 pairs seen)."),
+    ] = None,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, max=512)] = 16,
-    lr: Annotated[float, typer.Option(min=1e-7, max=1e-2)] = 3e-5,
+    lr: Annotated[float, typer.Option(min=1e-7, max=1e-2)] = 5e-5,
     margin: Annotated[float, typer.Option(min=0.0, help="MarginRankingLoss margin (logits).")] = 1.0,
     seed: Annotated[int, typer.Option(help="Seeds the split, the pair order and the weights' init.")] = 13,
     device: Annotated[Device, typer.Option(case_sensitive=False)] = Device.auto,

@@ -10,10 +10,18 @@ under the model's floor are dropped; the rest are ordered by
 where both are min-max normalised over the surviving candidates (a lone survivor gets 1 for both), so that
 neither scale (composite 0..0.7, logits -11..+11) dominates by accident. Raw, native and normalised reranker
 scores go into score_components.
+
+Exploration (`explore` > 0, the hook path's CAIRN_EXPLORE_RATE): on that share of prompts the last of the k slots
+shows a memory drawn uniformly from the ranked candidates just below the top k (ranks k+1 .. the rerank depth, all
+past every floor), so the agent grades memories the ranker does not show yet. Without those grades neither the
+student's pairs nor the gate could credit a reranker that promotes a relevant memory from rank 6 to rank 3. The
+draw is a hash of the query (a retried prompt explores the same way); the explored delivery records
+`explored_from_rank` and its `explore_propensity` (rate / pool size), every delivery the rate in force.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 
 from cairn_cli.config import Settings
@@ -49,6 +57,7 @@ def select(
     prompt: str | None = None,
     profile: Profile | None = None,
     floor: float = 0.0,
+    explore: float = 0.0,
 ) -> Selection:
     """The best `k` memories of `table` in `scope` for `query` (`similarities`: the query's cosine per slot, or
     None without an embedding model; `prompt`: the part of the query a pair never loses to its token bound).
@@ -61,7 +70,7 @@ def select(
         notes.append(plan.get("reason", "rerank skipped: no plan fits the budget"))
         reranker = None
     candidates = int(plan["candidates"]) if plan and not plan.get("skipped") else settings.RERANK_CANDIDATES
-    pool = max(k, candidates) if reranker else k
+    pool = max(k, candidates) if reranker else max(k, settings.RERANK_CANDIDATES) if explore > 0 else k
     profile = profile or Profile("default", settings.weights())
     weights = profile.weights if similarities is not None else {**profile.weights, "similarity": 0.0}
     scored = table.score(
@@ -88,9 +97,36 @@ def select(
         if plan:
             s.components["rerank_plan"] = {key: plan.get(key) for key in PLAN_FIELDS}
     if reranker is None:
-        return Selection(positive[:k], dropped, notes=notes, weights=weights)
+        depth = positive[: max(k, settings.RERANK_CANDIDATES)]
+        return Selection(explored(depth, k, query, explore), dropped, notes=notes, weights=weights)
     kept, dropped["floor"] = rerank_stage(positive[:candidates], query, reranker, settings.RERANK_BLEND, prompt=prompt)
-    return Selection(kept[:k], dropped, reranked=True, reranker_model=reranker.name, notes=notes, weights=weights)
+    chosen = explored(kept, k, query, explore)
+    return Selection(chosen, dropped, reranked=True, reranker_model=reranker.name, notes=notes, weights=weights)
+
+
+def _uniform(query: str, salt: str) -> float:
+    """A number in [0, 1) drawn from the query: the same query draws the same number."""
+    digest = hashlib.sha256(f"{salt}\0{query}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def explored(ranked: list[Scored], k: int, query: str, rate: float) -> list[Scored]:
+    """The top `k` of `ranked`; on a `rate` share of queries, its last slot is one of ranked[k:] drawn uniformly
+    (see the module note). Every shown memory records the rate; the explored one its rank and propensity."""
+    top = ranked[:k]
+    if rate <= 0:
+        return top
+    for s in top:
+        s.components["explore_rate"] = rate
+    pool = ranked[k:]
+    if len(top) < k or not pool or _uniform(query, "explore?") >= rate:
+        return top
+    index = min(int(_uniform(query, "explore which") * len(pool)), len(pool) - 1)
+    pick = pool[index]
+    pick.components.update(
+        explore_rate=rate, explored_from_rank=k + index + 1, explore_propensity=round(rate / len(pool), 6)
+    )
+    return [*top[:-1], pick]
 
 
 PLAN_FIELDS = ("precision", "candidates", "max_length", "budget_ms", "skipped")

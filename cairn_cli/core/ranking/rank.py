@@ -112,6 +112,11 @@ def rank(request: RankRequest, settings: Settings, engine: RankEngine) -> RankRe
         raise InvalidInput(f"-k must be at least 1 (got {k})", "pass -k 5")
     if not request.session_id or not request.session_id.strip():
         raise InvalidInput("the session id is empty", "pass --session NAME")
+    if not 0.0 <= settings.EXPLORE_RATE <= 1.0:
+        raise InvalidInput(
+            f"CAIRN_EXPLORE_RATE must be between 0 and 1 (got {settings.EXPLORE_RATE:g})",
+            "set CAIRN_EXPLORE_RATE=0.1, or 0 to turn exploration off",
+        )
     notes: list[str] = []
     context = _context(request, settings, notes)
     clock.lap("context")
@@ -144,6 +149,7 @@ def rank(request: RankRequest, settings: Settings, engine: RankEngine) -> RankRe
         prompt=context.prompt,
         profile=profile,
         floor=floor,
+        explore=settings.EXPLORE_RATE if request.hook is not None else 0.0,  # hook prompts only: they get graded
     )
     clock.lap("rerank" if selection.reranked else "score")
     notes.extend(selection.notes)

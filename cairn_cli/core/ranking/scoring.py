@@ -343,8 +343,11 @@ class ScoringTable:
         total = np.where(mask, total, -np.inf)
         want = n_in if top is None else min(top, n_in)
         if want < n:
-            cut = np.argpartition(-total, want - 1)[:want]
-            order = cut[np.lexsort((-a["ids"][cut], -total[cut]))]
+            # everything tied with the want-th score joins the cut, so that a tie at the cut goes to the newer id
+            # whatever `top` is (argpartition alone picks among tied memories arbitrarily)
+            kth = np.partition(-total, want - 1)[want - 1]
+            cut = np.flatnonzero(-total <= kth)
+            order = cut[np.lexsort((-a["ids"][cut], -total[cut]))][:want]
         else:
             order = np.lexsort((-a["ids"], -total))[:want]
         picked = {name: component(name, order) for name in weights}
