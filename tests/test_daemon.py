@@ -525,6 +525,16 @@ def test_the_daemon_picks_up_a_newly_deployed_student_without_a_restart(home):
         assert all(speed > 0 for by_length in plan["throughput"].values() for speed in by_length.values())
     assert names[0] != names[1]
     assert status(home)[1]["pid"] == pid  # the same daemon process throughout
+    # the live stage's calls teach the plan its p95 margin (fresh prompts: a cached window costs no stage call)
+    from cairn_cli.core.ranking.plan import OBSERVE_MIN
+
+    for i in range(OBSERVE_MIN + 1):
+        rank_json(home, f"how are prices stored, question {i}?", "--scope", "webshop", "--no-log", **budget)
+    plan = status(home, CAIRN_DAEMON_TIMEOUT_MS="60000", **budget)[1]["rerank_plan"]
+    assert plan["observed"]["calls"] >= OBSERVE_MIN and plan["observed"]["p95_ms"] > 0
+    assert plan["margin"] >= 1.0
+    out = run(home, "daemon", "status", **budget)
+    assert "p95 margin" in out.stdout and "learnt from" in out.stdout, out.stdout
 
 
 @pytest.mark.slow

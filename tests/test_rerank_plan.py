@@ -58,6 +58,75 @@ def test_no_budget_means_the_stage_as_configured():
     assert (plan.candidates, plan.max_length, plan.skipped) == (20, 128, False)
 
 
+def _state_entry(fits: dict, key: str = "rerank_plan:test") -> str:
+    from cairn_cli.core.store import state
+
+    entry = {
+        "throughput": {p: {str(n): [f.a, f.b] for n, f in by.items()} for p, by in fits.items()},
+        "fidelity": {p: {"top5": 1.0, "spearman": 1.0, "accepted": True} for p in fits},
+    }
+    state.put(key, entry, Settings(), by="test", reason="a measured fit")
+    return key
+
+
+def _calls(fit: Throughput, n: int, slowdown: float, count: int = 20) -> list[tuple[int, float]]:
+    return [(n, fit.ms(n) * slowdown / 1000.0)] * count
+
+
+def test_a_stage_slower_than_its_fit_shrinks_the_plan_until_its_p95_fits_and_the_margin_is_kept(monkeypatch):
+    """Measured on this machine at 10k memories: the plan expected a p95 within 150 ms and the stage's p95 was 194
+    ms. The live calls teach the margin; the plan is chosen again with it and remembered in machine state."""
+    from cairn_cli.core.ranking import plan as plans
+    from cairn_cli.core.ranking.reranking import adapt
+    from cairn_cli.core.store import state
+
+    monkeypatch.setenv("CAIRN_RERANK_BUDGET_MS", "150")
+    s = Settings()
+    key = _state_entry({"fp32": BF16_MACHINE["fp32"]})
+    first = plans._plan(state.get(key, s), key, s)
+    assert first.margin == plans.P95_MARGIN and first.expected_ms <= 150
+    fit = BF16_MACHINE["fp32"][first.max_length]
+    observed_p95 = fit.ms(first.candidates) * 1.8
+    assert observed_p95 > 150  # what the fitted margin let through
+
+    class Live:
+        plan = first.as_dict()
+        observed = _calls(fit, first.candidates, 1.8)
+
+    reason = adapt(Live, s)
+    assert reason and Live.observed == []
+    assert Live.plan["margin"] == pytest.approx(1.8, abs=1e-3)
+    assert Live.plan["candidates"] < first.candidates or Live.plan["max_length"] < first.max_length
+    new_fit = BF16_MACHINE["fp32"][Live.plan["max_length"]]
+    assert new_fit.ms(Live.plan["candidates"]) * 1.8 <= 150  # the stage's p95 as observed now fits the budget
+    assert Live.plan["observed"] == {"calls": 20, "p95_ms": round(observed_p95, 1), "ratio_p95": 1.8}
+    kept = state.get(key, s)
+    assert kept["margin"] == pytest.approx(1.8) and plans._plan(kept, key, s).candidates == Live.plan["candidates"]
+
+
+def test_a_stage_faster_than_its_fit_widens_the_plan_back_and_small_samples_or_moves_change_nothing(monkeypatch):
+    from cairn_cli.core.ranking import plan as plans
+    from cairn_cli.core.store import state
+
+    monkeypatch.setenv("CAIRN_RERANK_BUDGET_MS", "250")
+    s = Settings()
+    key = _state_entry({"fp32": AVX2_MACHINE["fp32"]})
+    first = plans._plan(state.get(key, s), key, s).as_dict()
+    assert not first["skipped"] and first["max_length"] < 128  # an AVX2 CPU at 250 ms: fp32, a shorter window
+    fit = AVX2_MACHINE["fp32"][first["max_length"]]
+    assert plans.replan(first, _calls(fit, first["candidates"], 3.0, plans.OBSERVE_MIN - 1), s) is None
+    same = plans.replan(first, _calls(fit, first["candidates"], 1.36), s)  # within 5% of 1.35: the plan stands
+    assert (same.margin, same.candidates, same.max_length) == (
+        first["margin"],
+        first["candidates"],
+        first["max_length"],
+    )
+    assert same.observed["calls"] == 20 and "margin" not in state.get(key, s)
+    wider = plans.replan(first, _calls(fit, first["candidates"], 1.0), s)
+    assert wider is not None and wider.margin == 1.0
+    assert (wider.max_length, wider.candidates) > (first["max_length"], first["candidates"])
+
+
 def test_fidelity_accepts_the_same_order_and_refuses_a_shuffled_one():
     ref = [[5.0, 4.0, 3.0, 2.0, 1.0, 0.5, 0.1], [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]]
     near = [[x + 0.001 for x in q] for q in ref]

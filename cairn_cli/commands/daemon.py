@@ -26,6 +26,17 @@ def _show(st, json: bool) -> None:
         plan = st.health.get("rerank_plan")
         if plan:
             output.text_out(f"rerank plan: {plan['reason']}")
+            seen = plan.get("observed") or {}
+            margin = plan.get("margin")
+            if margin is not None:
+                output.text_out(
+                    f"  p95 margin {margin:g}"
+                    + (
+                        f", learnt from {seen['calls']} stage calls (observed p95 {seen['p95_ms']:g} ms)"
+                        if seen
+                        else " (not yet learnt from live calls)"
+                    )
+                )
             for precision, by_length in sorted(plan.get("throughput", {}).items()):
                 fid = plan.get("fidelity", {}).get(precision, {})
                 speeds = ", ".join(f"{n} tokens {v:g}" for n, v in sorted(by_length.items(), key=lambda x: -int(x[0])))

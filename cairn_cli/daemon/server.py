@@ -198,6 +198,10 @@ class Daemon:
             open_stores(settings)  # the request's own stores (its CAIRN_* environment, its --db-url)
             self.refresh_reranker(settings)  # after open_stores: a calibrated floor is machine state
             result = rank(RankRequest(**fields), settings, self.engine)
+            if self.engine.reranker is not None:
+                from cairn_cli.core.ranking.reranking import adapt
+
+                adapt(self.engine.reranker, settings)  # the plan learns its margin from the stage as it runs
             gc.freeze()  # the warm tables are long-lived: keep the cyclic GC from rescanning 100k objects
             return {"ok": True, "result": result.as_dict()}
         if op == "embed":

@@ -113,6 +113,7 @@ def resolve_reranker(
 
 PRECISIONS = ("fp32", "bf16", "int8")
 _TOKEN_CACHE = 20_000  # memories' token ids kept (a memory is tokenised once)
+_OBSERVED = 50  # stage calls kept for the plan to learn its margin from (core/ranking/plan.py)
 _SCORE_CACHE = 50_000  # (window, memory, variant) -> logit kept: a retried or repeated prompt costs nothing
 
 
@@ -165,6 +166,7 @@ class CrossEncoderReranker:
         self.max_length = max_length
         self.dtype = "bf16" if dtype == "bf16" or (dtype == "auto" and device == "cpu" and bf16_supported()) else "fp32"
         self.plan: dict | None = None  # {"precision", "candidates", "max_length"}: the budgeted stage
+        self.observed: list[tuple[int, float]] = []  # (pairs scored, seconds) of the planned stage's recent calls
         self._special = self.tokenizer.num_special_tokens_to_add(pair=True)
         self._template = self._pair_template()
         self._tokens = _Lru(_TOKEN_CACHE)
@@ -295,11 +297,16 @@ class CrossEncoderReranker:
         out: list[float | None] = [self._scores.get(k) if cache else None for k in keys]
         todo = [i for i, v in enumerate(out) if v is None]
         if todo:
+            import time
+
+            t0 = time.perf_counter()
             pairs = [self.pair_ids(query, texts[i], max_length, prompt) for i in todo]
             for i, score in zip(todo, self._forward(self.variant(precision), pairs)):
                 out[i] = score
                 if cache:
                     self._scores.put(keys[i], score)
+            if cache and plan and (precision, max_length) == (plan.get("precision"), plan.get("max_length")):
+                self.observed = [*self.observed[-(_OBSERVED - 1) :], (len(todo), time.perf_counter() - t0)]
         return [float(v) for v in out if v is not None]
 
     def time_call(self, precision: str, max_length: int, n: int, repeats: int = 3) -> float:

@@ -10,6 +10,12 @@ Measured once per (model weights, CPU flags, torch threads) and cached in machin
 The plan (`choose`) is pure: the fastest accepted precision, then the longest max length and, under it, the most
 candidates (never fewer than 8, never more than CAIRN_RERANK_CANDIDATES) whose expected p95 stays within the
 budget (the fitted time times a safety margin). When nothing fits, the stage is skipped and the plan says so.
+
+The margin starts at P95_MARGIN and is then learnt from the stage as it really runs (`replan`): the daemon keeps the
+last calls' (pairs, seconds); once OBSERVE_MIN have been seen, the margin becomes the p95 of observed / fitted time
+over them, the plan is chosen again with it, and the margin is kept in machine state beside the fit. A machine
+busier than the fit saw (a shared host, a real window's tokens, a warm table's cache misses) shrinks the plan until
+its p95 is within the budget again; one that runs faster than the fit widens it back.
 """
 
 from __future__ import annotations
@@ -21,7 +27,10 @@ from cairn_cli.config import Settings
 
 LENGTHS = (128, 96, 64)
 MIN_CANDIDATES = 8
-P95_MARGIN = 1.35  # measured p95/p50 of the stage on a shared 2-core machine (bench/rerank_plan.md)
+P95_MARGIN = 1.35  # the starting margin: p95/p50 of the stage on a shared 2-core machine (bench/rerank_plan.md)
+MARGIN_BOUNDS = (1.0, 10.0)
+OBSERVE_MIN = 20  # stage calls observed before the margin is learnt from them
+OBSERVE_WINDOW = 50  # the most recent calls it is learnt from
 TOP5_MIN, SPEARMAN_MIN = 0.95, 0.98
 STATE_KEY = "rerank_plan:{}"
 
@@ -52,6 +61,8 @@ class Plan:
     throughput: dict = field(default_factory=dict)  # precision -> {max_length: pairs/s at 20}
     fidelity: dict = field(default_factory=dict)  # precision -> {top5, spearman, accepted}
     key: str = ""
+    margin: float = P95_MARGIN  # expected p95 = fitted time x margin
+    observed: dict = field(default_factory=dict)  # what the margin was learnt from: {calls, p95_ms, ratio_p95}
 
     def provenance(self) -> dict:
         """What each delivery records of the stage that ranked it."""
@@ -92,9 +103,11 @@ def choose(
             if n >= min(min_candidates, max_candidates):
                 expected = fit.ms(n) * margin
                 why = f"{precision}, {n} candidates at {length} tokens: expected p95 {expected:.0f} ms <= {budget_ms:g} ms"
-                return Plan(precision, n, length, round(expected, 1), budget_ms, reason=why)
+                return Plan(precision, n, length, round(expected, 1), budget_ms, reason=why, margin=margin)
     slowest = f"even {min_candidates} pairs at {min(lengths)} tokens exceed {budget_ms:g} ms"
-    return Plan(None, 0, min(lengths), None, budget_ms, skipped=True, reason=f"rerank skipped: {slowest}")
+    return Plan(
+        None, 0, min(lengths), None, budget_ms, skipped=True, reason=f"rerank skipped: {slowest}", margin=margin
+    )
 
 
 def fidelity(reference: list[list[float]], candidate: list[list[float]]) -> dict:
@@ -205,12 +218,76 @@ def plan_for(reranker, settings: Settings, *, measure: bool = True) -> Plan | No
             "model": reranker.name,
         }
         state.put(key, cached, settings, by="cairn daemon", reason="rerank stage measured on this machine")
-    throughput = {p: {int(n): Throughput(*ab) for n, ab in by.items()} for p, by in cached["throughput"].items()}
+    return _plan(cached, key, settings)
+
+
+def _plan(cached: dict, key: str, settings: Settings) -> Plan:
+    """The plan from a machine-state entry (its fit, fidelity and learnt margin)."""
+    throughput = _fits(cached)
     accepted = [p for p, r in cached["fidelity"].items() if r.get("accepted") and p in throughput]
-    plan = choose(throughput, accepted, budget_ms=settings.RERANK_BUDGET_MS, max_candidates=settings.RERANK_CANDIDATES)
+    plan = choose(
+        throughput,
+        accepted,
+        budget_ms=settings.RERANK_BUDGET_MS,
+        max_candidates=settings.RERANK_CANDIDATES,
+        margin=float(cached.get("margin", P95_MARGIN)),
+    )
     plan.throughput = {p: {str(n): round(f.pairs_per_s(), 1) for n, f in by.items()} for p, by in throughput.items()}
-    plan.fidelity, plan.key = cached["fidelity"], key
+    plan.fidelity, plan.key, plan.observed = cached["fidelity"], key, dict(cached.get("observed") or {})
     return plan
+
+
+def _fits(cached: dict) -> dict[str, dict[int, Throughput]]:
+    return {p: {int(n): Throughput(*ab) for n, ab in by.items()} for p, by in cached["throughput"].items()}
+
+
+def learnt_margin(fit: Throughput, calls: list[tuple[int, float]]) -> tuple[float, dict]:
+    """The margin the stage's `calls` (pairs, seconds) show against `fit`: the p95 (nearest rank) of observed over
+    fitted time, within MARGIN_BOUNDS; and what it was learnt from."""
+    ratios = sorted(seconds * 1000.0 / fit.ms(n) for n, seconds in calls if n > 0 and fit.ms(n) > 0)
+    times = sorted(seconds * 1000.0 for n, seconds in calls if n > 0)
+    if not ratios:
+        return P95_MARGIN, {}
+    p95 = ratios[max(0, math.ceil(0.95 * len(ratios)) - 1)]
+    lo, hi = MARGIN_BOUNDS
+    observed = {
+        "calls": len(ratios),
+        "p95_ms": round(times[max(0, math.ceil(0.95 * len(times)) - 1)], 1),
+        "ratio_p95": round(p95, 3),
+    }
+    return min(hi, max(lo, p95)), observed
+
+
+def replan(plan: dict, calls: list[tuple[int, float]], settings: Settings) -> Plan | None:
+    """The plan chosen again with the margin the live stage's `calls` show (see the module note), with what it was
+    learnt from; a margin that moved more than 5% is kept in machine state (a smaller move leaves the margin and
+    the plan as they are). None when there is too little to learn from."""
+    from cairn_cli.core.store import state
+
+    key = plan.get("key")
+    if not key or plan.get("skipped") or len(calls) < OBSERVE_MIN:
+        return None
+    cached = state.get(key, settings)
+    if cached is None:
+        return None
+    fit = _fits(cached).get(plan["precision"], {}).get(int(plan["max_length"]))
+    if fit is None:
+        return None
+    margin, observed = learnt_margin(fit, calls[-OBSERVE_WINDOW:])
+    old = float(cached.get("margin", P95_MARGIN))
+    if abs(margin - old) <= 0.05 * old:
+        same = _plan(cached, key, settings)
+        same.observed = observed
+        return same
+    cached = {**cached, "margin": round(margin, 3), "observed": observed}
+    state.put(
+        key,
+        cached,
+        settings,
+        by="cairn daemon",
+        reason=f"rerank margin {old:.2f} -> {margin:.2f}: p95 of observed / fitted stage time over {observed['calls']} calls",
+    )
+    return _plan(cached, key, settings)
 
 
 def hash_flags(flags) -> str:

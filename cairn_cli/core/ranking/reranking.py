@@ -77,3 +77,20 @@ def load_reranker(settings: Settings, resolution=None, *, measure: bool = False)
             if plan.skipped:
                 notes.append(plan.reason)
     return reranker, notes
+
+
+def adapt(reranker, settings: Settings) -> str | None:
+    """After a ranked request: once the planned stage has run OBSERVE_MIN calls, choose its plan again with the
+    margin they show (core/ranking/plan.py `replan`). Returns the plan's reason when its margin changed."""
+    from cairn_cli.core.ranking.plan import OBSERVE_MIN, replan
+
+    plan = getattr(reranker, "plan", None)
+    calls = getattr(reranker, "observed", None)
+    if not plan or not calls or len(calls) < OBSERVE_MIN or settings.RERANK_BUDGET_MS <= 0:
+        return None
+    new = replan(plan, calls, settings)
+    reranker.observed = []  # the next margin is learnt from calls under the plan now in force
+    if new is None:
+        return None
+    reranker.plan = new.as_dict()
+    return new.reason if new.margin != plan.get("margin") else None
