@@ -12,7 +12,20 @@ from typing import Annotated
 
 import typer
 
-from cairn_cli.commands import ab, calibrate, daemon, deliveries, engage, hook, labels, memory, rank, stats, train
+from cairn_cli.commands import (
+    ab,
+    backfill,
+    calibrate,
+    daemon,
+    deliveries,
+    engage,
+    hook,
+    labels,
+    memory,
+    rank,
+    stats,
+    train,
+)
 from cairn_cli.commands._common import set_globals
 from cairn_cli.errors import CairnError
 
@@ -80,6 +93,7 @@ COMMANDS: list[tuple[typer.Typer, str, Callable]] = [
     (app, "deliveries", deliveries.list_deliveries),
     (app, "grade", labels.grade),
     (app, "engage", engage.engage),
+    (app, "backfill-semantic", backfill.backfill_semantic),
     (app, "train-reranker", train.train_reranker),
     (app, "calibrate-floor", calibrate.calibrate_floor),
     (memory_app, "add", memory.add),

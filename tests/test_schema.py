@@ -83,6 +83,7 @@ EPHEMERAL_SCHEMA = {
         "engaged_lexical",
         "engaged_semantic",
         "engaged_at",
+        "engaged_backfill",
     ],
     "evidence_applied": ["id", "session_id", "turn", "memory_id", "kind", "applied_at"],
     "hook_state": [
@@ -157,7 +158,7 @@ def test_evidence_recorded_in_hook_state_by_an_older_cairn_moves_to_its_own_tabl
         "INSERT INTO hook_state (session_id, turn, is_subagent, data, created_at) VALUES (?, ?, 0, ?, ?)",
         ("s1", 3, '{"cu_applied": [7, 9], "contradict_applied": [4], "prompt": "x"}', "2026-01-01 00:00:00"),
     )
-    assert migrations.apply_pending(database, migrations.EPHEMERAL_MIGRATIONS) == ["0004_evidence_applied"]
+    assert migrations.apply_pending(database, migrations.EPHEMERAL_MIGRATIONS)[0] == "0004_evidence_applied"
     rows = database.execute_sql("SELECT session_id, turn, memory_id, kind FROM evidence_applied ORDER BY id")
     assert rows.fetchall() == [("s1", 3, 7, "cu"), ("s1", 3, 9, "cu"), ("s1", 3, 4, "-!")]
 

@@ -161,6 +161,7 @@ def test_label_volume_per_day_and_source(log):
             "grades": 1,
             "engagement_lexical": 0,
             "engagement_semantic": 0,
+            "engagement_semantic-backfill": 0,
             "engagement_untagged": 2,
         },  # graded_at / engaged_at NULL: dated by the delivery
         {
@@ -168,6 +169,7 @@ def test_label_volume_per_day_and_source(log):
             "grades": 5,
             "engagement_lexical": 4,
             "engagement_semantic": 0,
+            "engagement_semantic-backfill": 0,
             "engagement_untagged": 0,
         },
         {
@@ -175,6 +177,7 @@ def test_label_volume_per_day_and_source(log):
             "grades": 0,
             "engagement_lexical": 0,
             "engagement_semantic": 2,
+            "engagement_semantic-backfill": 0,
             "engagement_untagged": 0,
         },
         {
@@ -182,6 +185,7 @@ def test_label_volume_per_day_and_source(log):
             "grades": 4,
             "engagement_lexical": 0,
             "engagement_semantic": 0,
+            "engagement_semantic-backfill": 0,
             "engagement_untagged": 0,
         },
         {
@@ -189,6 +193,7 @@ def test_label_volume_per_day_and_source(log):
             "grades": 0,
             "engagement_lexical": 3,
             "engagement_semantic": 0,
+            "engagement_semantic-backfill": 0,
             "engagement_untagged": 0,
         },
     ]

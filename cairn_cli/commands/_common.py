@@ -13,6 +13,10 @@ from cairn_cli.config import Settings
 _globals: dict[str, str | None] = {}
 
 Json = Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")]
+Since = Annotated[
+    str | None, typer.Option(help="Only from this ISO date or datetime on (UTC), e.g. 2024-05-01 or 2024-05-01T12:00.")
+]
+Session = Annotated[str | None, typer.Option(help="Only this session's deliveries.")]
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Show what it would do; change nothing.")]
 ResponseFile = Annotated[Path | None, typer.Option("--file", help="Read the response from this file.")]
 

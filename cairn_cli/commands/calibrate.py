@@ -31,6 +31,13 @@ def calibrate_floor(
             "composite floor under which a prompt abstains (the ranking profile and embedding model in force)."
         ),
     ] = None,
+    method: Annotated[
+        str | None,
+        typer.Option(
+            help="--target engagement: the basis whose cosines are calibrated, semantic (the live second chance, "
+            "default) or semantic-backfill (rows `cairn backfill-semantic` examined; its own threshold)."
+        ),
+    ] = None,
     keep: Annotated[
         float, typer.Option(min=0.5, max=1.0, help="Share of grade-3 memories the floor must keep.")
     ] = 0.95,
@@ -53,7 +60,7 @@ def calibrate_floor(
     from cairn_cli.core.learning import calibration
 
     s = store(read_only=not apply)
-    report = calibration.calibrate(s, target=target.value, model=model, keep=keep, min_grade3=min_grade3)
+    report = calibration.calibrate(s, target=target.value, model=model, keep=keep, min_grade3=min_grade3, method=method)
     if plot is not None:
         calibration.plot(report, plot)
     changed = calibration.apply(report, s) if apply else None

@@ -10,12 +10,7 @@ from typing import Annotated
 import typer
 
 from cairn_cli import output
-from cairn_cli.commands._common import Json, store
-
-Since = Annotated[
-    str | None, typer.Option(help="Only from this ISO date or datetime on (UTC), e.g. 2024-05-01 or 2024-05-01T12:00.")
-]
-Session = Annotated[str | None, typer.Option(help="Only this session's deliveries.")]
+from cairn_cli.commands._common import Json, Session, Since, store
 
 
 class Bucket(str, Enum):
@@ -36,6 +31,13 @@ def deliveries(
             "and method to this PNG (needs matplotlib).",
         ),
     ] = None,
+    method: Annotated[
+        str | None,
+        typer.Option(
+            help="Only these engagement bases (comma list: lexical, semantic, semantic-backfill), each its own rate; "
+            "a rate across bases is refused."
+        ),
+    ] = None,
     json: Json = False,
 ) -> None:
     """Grades and engagement per generation version and reranker model; a rate per engaged_method, never pooled.
@@ -44,8 +46,12 @@ def deliveries(
     """
     from cairn_cli.core import stats
 
+    asked = stats.methods_asked(method)
     s, start = store(read_only=True), stats.parse_since(since)
     groups = stats.delivery_stats(s, since=start, session=session)
+    if asked is not None:
+        for g in groups:
+            g.engagement = {m: cell for m, cell in g.engagement.items() if m in asked}
     if plot is not None:
         from cairn_cli.core.experiment.ab import arms
 

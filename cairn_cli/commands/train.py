@@ -80,6 +80,14 @@ def train_reranker(
         typer.Option("--engagement-min-pos", min=0.0, max=1.0, help="Lexical overlap a positive pseudo-label needs."),
     ] = 0.2,
     engagement_max_pairs: Annotated[int, typer.Option("--engagement-max-pairs", min=0)] = 2000,
+    engagement_methods: Annotated[
+        str,
+        typer.Option(
+            "--engagement-methods",
+            help="Which engagement bases give pseudo-labels (comma list of lexical, semantic, semantic-backfill; "
+            "the backfill's weaker labels only when named).",
+        ),
+    ] = "lexical,semantic",
     max_length: Annotated[
         int | None,
         typer.Option(
@@ -129,6 +137,7 @@ def train_reranker(
         engagement=engagement,
         engagement_min_pos=engagement_min_pos,
         engagement_max_pairs=engagement_max_pairs,
+        engagement_methods=training.engagement_methods(engagement_methods),
         max_length=max_length,
         layers=layers,
         max_train_pairs=max_train_pairs,

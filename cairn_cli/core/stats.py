@@ -21,7 +21,9 @@ from cairn_cli.core.metrics import wilson
 from cairn_cli.errors import InvalidInput
 
 GRADES = (0, 1, 2, 3)
-METHODS = ("lexical", "semantic")  # the known tags, listed first; any other tag gets its own rate too
+METHODS = ("lexical", "semantic", "semantic-backfill")  # the known tags (engagement.METHODS), listed first; any
+# other tag gets its own rate too
+POOLED = ("all", "any", "pooled", "both", "*")
 NO_VERSION = "(none)"
 UNTAGGED = "untagged"
 ALARM_SHARE = 0.10  # a floor dropping more than this share of grade-3 deliveries is flagged
@@ -42,6 +44,29 @@ def parse_since(text: str | None) -> dt.datetime | None:
     if value.tzinfo is not None:
         value = value.astimezone(dt.UTC).replace(tzinfo=None)
     return value
+
+
+def methods_asked(text: str | None) -> list[str] | None:
+    """The engagement bases a `--method` asks for (a comma list: each gets its own rate); None: all. A rate across
+    bases is refused: the lexical overlap and the cosines live on different scales, and the backfill's cosine is
+    measured on a response recovered later, so one pooled rate would mean nothing (invariant 5)."""
+    if text is None:
+        return None
+    asked = [m.strip() for m in text.split(",") if m.strip()]
+    pooled = [m for m in asked if "+" in m or m.lower() in POOLED]
+    if pooled:
+        raise InvalidInput(
+            f"--method {pooled[0]!r} asks for one engagement rate across measurement bases, which cairn never "
+            f"computes: {', '.join(METHODS)} score on different scales and populations",
+            "ask for one basis, or a comma list to see each apart: --method lexical,semantic",
+        )
+    unknown = [m for m in asked if m not in METHODS and m != UNTAGGED]
+    if unknown or not asked:
+        raise InvalidInput(
+            f"unknown engagement method {unknown[0] if unknown else text!r}",
+            f"pass one or more of {', '.join(METHODS)} (comma separated)",
+        )
+    return asked
 
 
 def method_order(methods) -> list[str]:

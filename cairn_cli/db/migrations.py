@@ -330,6 +330,15 @@ _FULLTEXT_POSTGRES = (
 )
 
 
+def _deliveries_backfill_tag(db: peewee.Database) -> None:
+    """`engaged_backfill`: the `cairn backfill-semantic` run that examined the delivery (rescued or not), so that a
+    second run examines nothing again and the backfill's basis stays apart from the live second chance's."""
+    from playhouse.migrate import SchemaMigrator, migrate
+
+    migrator = SchemaMigrator.from_database(db)
+    migrate(migrator.add_column("memory_deliveries", "engaged_backfill", peewee.CharField(max_length=40, null=True)))
+
+
 def _memories_fulltext(db: peewee.Database) -> None:
     """The full-text index's tables and triggers, and every live memory queued for it: the first cairn process that
     opens the store indexes them (the stemming is cairn's own, core/text.py, which a migration does not import)."""
@@ -350,6 +359,7 @@ EPHEMERAL_MIGRATIONS: list[Migration] = [
     ("0002_hook_state", _hook_state_v1),
     ("0003_deliveries_engagement_detail", _deliveries_engagement_detail),
     ("0004_evidence_applied", _evidence_applied),
+    ("0005_deliveries_backfill_tag", _deliveries_backfill_tag),
 ]
 
 

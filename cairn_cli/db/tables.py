@@ -100,6 +100,7 @@ class MemoryDelivery(_EphemeralBase):
     engaged_lexical = peewee.FloatField(null=True)
     engaged_semantic = peewee.FloatField(null=True)
     engaged_at = peewee.DateTimeField(null=True)
+    engaged_backfill = peewee.CharField(max_length=40, null=True)  # the backfill-semantic run that examined it
     arm = peewee.CharField(max_length=10, null=True)
 
     class Meta:

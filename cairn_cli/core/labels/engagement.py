@@ -27,7 +27,10 @@ from cairn_cli.config import Settings
 from cairn_cli.core.text import STOP_WORDS, stem, term_set
 
 LEXICAL, SEMANTIC = "lexical", "semantic"
+SEMANTIC_BACKFILL = "semantic-backfill"  # the second chance run late over history (core/hooks/backfill.py)
+METHODS = (LEXICAL, SEMANTIC, SEMANTIC_BACKFILL)  # the measurement bases: a rate is never pooled across them
 ENGAGEMENT_KEY = "engagement_semantic_min"  # machine state: the threshold calibrate-floor fitted to the grades
+THRESHOLD_KEY = f"{ENGAGEMENT_KEY}:semantic-backfill"  # the backfill's, when calibrated on backfilled rows
 
 # Words a coding agent's response contains whatever it is about: sharing them is not evidence of use.
 GENERIC_WORDS = frozenset(
@@ -220,27 +223,35 @@ def decide(
             )
         )
     second = [i for i, d in enumerate(decisions) if not d.engaged]
-    parts = chunks(response, chunk_chars)
-    if second and parts and embed is not None:
-        vectors = embed([memories[i].content for i in second] + parts)
-        if vectors is None:
-            notes.append("semantic second chance skipped: no embedder answered (lexical only)")
-        elif len(vectors) != len(second) + len(parts):
-            notes.append(
-                f"semantic second chance skipped: the embedder answered {len(vectors)} vectors for "
-                f"{len(second) + len(parts)} texts"
-            )
-        else:
-            mem_vecs, chunk_vecs = vectors[: len(second)], vectors[len(second) :]
-            for i, vec in zip(second, mem_vecs):
-                best = max(_cos(vec, c) for c in chunk_vecs)
-                d = decisions[i]
-                d.semantic = round(best, 6)
-                if best >= semantic_min:
-                    d.engaged, d.method, d.score = True, SEMANTIC, round(best, 6)
+    if second and embed is not None:
+        best, why = semantic_best([memories[i].content for i in second], response, chunk_chars, embed)
+        if why:
+            notes.append(f"semantic second chance skipped: {why}")
+        for i, cos in zip(second, best or []):
+            d = decisions[i]
+            d.semantic = round(cos, 6)
+            if cos >= semantic_min:
+                d.engaged, d.method, d.score = True, SEMANTIC, round(cos, 6)
     elif second and embed is None:
         notes.append("semantic second chance disabled")
     return decisions, notes
+
+
+def semantic_best(
+    contents: list[str], response: str, chunk_chars: int, embed: Embed
+) -> tuple[list[float] | None, str | None]:
+    """(each memory's cosine with its best-matching chunk of the response, None and why when it cannot be
+    measured): the semantic test of the live second chance and of the backfill (core/hooks/backfill.py)."""
+    parts = chunks(response, chunk_chars)
+    if not contents or not parts:
+        return None, None if not contents else "the response has no text to compare"
+    vectors = embed(contents + parts)
+    if vectors is None:
+        return None, "no embedder answered (lexical only)"
+    if len(vectors) != len(contents) + len(parts):
+        return None, f"the embedder answered {len(vectors)} vectors for {len(contents) + len(parts)} texts"
+    mem_vecs, chunk_vecs = vectors[: len(contents)], vectors[len(contents) :]
+    return [max(_cos(vec, c) for c in chunk_vecs) for vec in mem_vecs], None
 
 
 @dataclass
@@ -284,6 +295,18 @@ def engagement_semantic_min(settings: Settings) -> float:
 
     calibrated = state.get(ENGAGEMENT_KEY, settings)
     return settings.ENGAGEMENT_SEMANTIC_MIN if calibrated is None else float(calibrated)
+
+
+def backfill_threshold(settings: Settings) -> tuple[float, str]:
+    """(the threshold, where it came from): calibrated on backfilled rows, else the live second chance's."""
+    from cairn_cli.core.store import state
+
+    own = state.get(THRESHOLD_KEY, settings)
+    if own is not None:
+        return float(own), f"calibrated on backfilled rows ({THRESHOLD_KEY})"
+    live = engagement_semantic_min(settings)
+    calibrated = state.get(ENGAGEMENT_KEY, settings) is not None
+    return live, "the live second chance's, calibrated" if calibrated else "CAIRN_ENGAGEMENT_SEMANTIC_MIN"
 
 
 def engagement_decisions(

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cairn_cli.config import Settings
-from cairn_cli.core.labels.engagement import ENGAGEMENT_KEY, engagement_semantic_min
+from cairn_cli.core.labels.engagement import ENGAGEMENT_KEY, SEMANTIC, SEMANTIC_BACKFILL, engagement_semantic_min
 from cairn_cli.core.store import state
 from cairn_cli.errors import InvalidInput, NotFound
 
@@ -130,12 +130,19 @@ def _composite_scores(profile: str, embed_model: str) -> dict[int, list[float]]:
     return out
 
 
-def _engagement_scores() -> dict[int, list[float]]:
+def _engagement_scores(method: str) -> dict[int, list[float]]:
+    """The graded deliveries' cosines of one basis: the live second chance's (`semantic`) or the backfill's
+    (`semantic-backfill`, every row a backfill run examined): never both in one calibration."""
     from cairn_cli.db.tables import MemoryDelivery
 
     out: dict[int, list[float]] = {g: [] for g in GRADES}
+    basis = (
+        MemoryDelivery.engaged_backfill.is_null(False)
+        if method == SEMANTIC_BACKFILL
+        else MemoryDelivery.engaged_backfill.is_null()
+    )
     rows = MemoryDelivery.select(MemoryDelivery.grade, MemoryDelivery.engaged_semantic).where(
-        MemoryDelivery.grade.is_null(False) & MemoryDelivery.engaged_semantic.is_null(False)
+        MemoryDelivery.grade.is_null(False) & MemoryDelivery.engaged_semantic.is_null(False) & basis
     )
     for row in rows:
         if row.grade in out and row.engaged_semantic is not None:
@@ -156,22 +163,45 @@ def _graded_models() -> list[str]:
 
 
 def calibrate(
-    settings: Settings, *, target: str = RERANKER, model: str | None = None, keep: float = 0.95, min_grade3: int = 20
+    settings: Settings,
+    *,
+    target: str = RERANKER,
+    model: str | None = None,
+    keep: float = 0.95,
+    min_grade3: int = 20,
+    method: str | None = None,
 ) -> CalibrationReport:
-    """Propose a threshold for `target` from the graded deliveries (reranker: of `model`, default the live one)."""
+    """Propose a threshold for `target` from the graded deliveries (reranker: of `model`, default the live one;
+    engagement: of the `method` basis, semantic or semantic-backfill)."""
     from cairn_cli.core.ranking.reranking import FLOOR_KEY
     from cairn_cli.ml.reranker import NONE
 
     notes: list[str] = []
     current: float | None
+    if method is not None and target != ENGAGEMENT:
+        raise InvalidInput("--method is a basis of engagement", "pass --target engagement --method ...")
     if target == ENGAGEMENT:
-        model, key, current = None, ENGAGEMENT_KEY, engagement_semantic_min(settings)
-        scores = _engagement_scores()
-        if not any(scores.values()):
-            raise NotFound(
-                "no graded deliveries with a semantic-engagement cosine",
-                "run `cairn grade` and `cairn engage` with the daemon's embedder first",
+        method = method or SEMANTIC
+        if method not in (SEMANTIC, SEMANTIC_BACKFILL):
+            raise InvalidInput(
+                f"the engagement threshold of {method!r} cannot be calibrated (only cosines are)",
+                f"pass --method {SEMANTIC} or --method {SEMANTIC_BACKFILL}",
             )
+        if method == SEMANTIC_BACKFILL:
+            from cairn_cli.core.labels.engagement import THRESHOLD_KEY, backfill_threshold
+
+            model, key, current = None, THRESHOLD_KEY, backfill_threshold(settings)[0]
+        else:
+            model, key, current = None, ENGAGEMENT_KEY, engagement_semantic_min(settings)
+        scores = _engagement_scores(method)
+        if not any(scores.values()):
+            hint = (
+                "run `cairn backfill-semantic` over graded deliveries first"
+                if method == SEMANTIC_BACKFILL
+                else "run `cairn grade` and `cairn engage` with the daemon's embedder first"
+            )
+            raise NotFound(f"no graded deliveries with a {method} cosine", hint)
+        notes.append(f"basis: {method} (its own threshold, machine state {key})")
     elif target == RERANKER and model == COMPOSITE:
         from cairn_cli.core.ranking.profiles import FLOOR_KEY as COMPOSITE_KEY
         from cairn_cli.core.ranking.profiles import composite_floor

@@ -104,11 +104,30 @@ def graded_rows(settings: Settings) -> list[LabelRow]:
     ]
 
 
-def engagement_rows(settings: Settings, *, min_pos: float) -> list[LabelRow]:
-    """Ungraded deliveries with an engagement decision of a known method, as 0/3 pseudo-grades. A lexical row is
-    a positive only when its overlap reaches `min_pos` (lexical engaged rows under it are left out); semantic
-    rows are positives as decided."""
-    from cairn_cli.core.labels.engagement import LEXICAL, SEMANTIC
+DEFAULT_ENGAGEMENT_METHODS = ("lexical", "semantic")  # semantic-backfill's weaker labels are opt-in
+
+
+def engagement_methods(text: str) -> tuple[str, ...]:
+    """The engagement bases of `--engagement-methods` (a comma list of engagement.METHODS)."""
+    from cairn_cli.core.labels.engagement import METHODS
+
+    asked = tuple(dict.fromkeys(m.strip() for m in text.split(",") if m.strip()))
+    unknown = [m for m in asked if m not in METHODS]
+    if unknown or not asked:
+        raise InvalidInput(
+            f"unknown engagement method {unknown[0] if unknown else text!r}",
+            f"pass a comma list of {', '.join(METHODS)}, e.g. --engagement-methods lexical,semantic",
+        )
+    return asked
+
+
+def engagement_rows(
+    settings: Settings, *, min_pos: float, methods: tuple[str, ...] = DEFAULT_ENGAGEMENT_METHODS
+) -> list[LabelRow]:
+    """Ungraded deliveries with an engagement decision of one of `methods`, as 0/3 pseudo-grades. A lexical row is
+    a positive only when its overlap reaches `min_pos` (lexical engaged rows under it are left out); semantic and
+    semantic-backfill rows are positives as decided."""
+    from cairn_cli.core.labels.engagement import LEXICAL
     from cairn_cli.db.tables import Memory, MemoryDelivery
 
     rows = list(
@@ -116,7 +135,7 @@ def engagement_rows(settings: Settings, *, min_pos: float) -> list[LabelRow]:
         .where(
             MemoryDelivery.grade.is_null()
             & MemoryDelivery.engaged.is_null(False)
-            & MemoryDelivery.engaged_method.in_([LEXICAL, SEMANTIC])
+            & MemoryDelivery.engaged_method.in_(list(methods))
         )
         .order_by(MemoryDelivery.id)
     )
@@ -494,6 +513,7 @@ class TrainOptions:
     engagement: bool = False
     engagement_min_pos: float = 0.2
     engagement_max_pairs: int = 2000
+    engagement_methods: tuple[str, ...] = DEFAULT_ENGAGEMENT_METHODS
     max_length: int | None = None
     layers: int | None = None
     max_train_pairs: int | None = None
@@ -514,6 +534,7 @@ class TrainReport:
     min_gap: int
     seed: int
     outcome: str = "dry-run"  # dry-run | deployed | refused | trained (no deploy)
+    engagement_methods: list[str] = field(default_factory=list)  # the bases pseudo-labels came from (--engagement)
     reason: str = ""
     incumbent: str | None = None
     base: str | None = None
@@ -564,7 +585,11 @@ def prepare(settings: Settings, opts: TrainOptions) -> Split:
     held_pairs = make_pairs(rows, held_keys, min_gap=opts.min_gap)
     weak: list[tuple[str, str, str, str]] = []
     if opts.engagement:
-        pseudo = [r for r in engagement_rows(settings, min_pos=opts.engagement_min_pos) if r.query_key not in held_keys]
+        pseudo = [
+            r
+            for r in engagement_rows(settings, min_pos=opts.engagement_min_pos, methods=opts.engagement_methods)
+            if r.query_key not in held_keys
+        ]
         weak = make_pairs(pseudo, {r.query_key for r in pseudo}, min_gap=opts.min_gap)
         random.Random(opts.seed).shuffle(weak)
         weak = weak[: opts.engagement_max_pairs]
@@ -591,6 +616,7 @@ def train_reranker(
         opts.min_gap,
         opts.seed,
     )
+    report.engagement_methods = list(opts.engagement_methods) if opts.engagement else []
     if opts.dry_run:
         return report
     if not split.train_pairs + split.weak_pairs or not split.held_pairs:
@@ -716,6 +742,7 @@ def _card(report: TrainReport) -> dict:
             "min_gap": report.min_gap,
         },
         "pairs": {"train": report.train_pairs, "engagement": report.engagement_pairs, "held": report.held_pairs},
+        "engagement_methods": report.engagement_methods,
         "held_out": {
             "incumbent": report.incumbent,
             "student_agreement": report.student_agreement,
