@@ -1,0 +1,1 @@
+"""The offline write-side A/B (`cairn replay`)."""
