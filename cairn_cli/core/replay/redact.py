@@ -38,8 +38,8 @@ _END = r"(?![A-Za-z0-9_\-])"
 _PEM_LABEL = r"-----BEGIN (?P<label>[A-Z0-9 ]*?PRIVATE KEY)-----"
 # an END line closes the block; a block cut short (no END) runs over its base64 and header lines
 _PRIVATE_KEY = re.compile(
-    _PEM_LABEL + r"(?:[\s\S]*?-----END (?P=label)-----"
-    r"|(?:(?:\r?\n|\\n)[ \t]*(?:[A-Za-z0-9+/=]+|[A-Za-z-]+: [^\r\n\\]*))*)"
+    _PEM_LABEL + r"(?:[\s\S]{0,16384}?-----END (?P=label)-----"
+    r"|(?:(?:\r?\n|\\n)[ \t]*(?:[A-Za-z-]+: [^\r\n\\]*|[A-Za-z0-9+/=]+)(?=\r?\n|\\n|\Z))*)"
 )
 
 # (kind, pattern): the whole match is the secret
@@ -65,7 +65,9 @@ _KEYED: list[tuple[str, re.Pattern[str]]] = [
     # scheme://user:password@host: the user and host stay
     (
         URL_PASSWORD,
-        re.compile(r"(?P<keep>\b[A-Za-z][A-Za-z0-9+.\-]*://[^:/?#@\s]+:)(?P<secret>[^@/?#\s]+)(?=@)"),
+        re.compile(
+            r"(?P<keep>(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]*+://[^:/?#@\s]+:)(?!\[REDACTED:)(?P<secret>[^@/?#\s]+)(?=@)"
+        ),
     ),
     (
         AUTHORIZATION,
@@ -78,7 +80,7 @@ _KEYED: list[tuple[str, re.Pattern[str]]] = [
 
 # key = value, key: value, key := value, "key": "value" (also inside JSON that was itself escaped into a string)
 _ASSIGNMENT = re.compile(
-    r"(?<![A-Za-z0-9_.\-])(?P<kq>\\?[\"']?)(?P<key>[A-Za-z_][A-Za-z0-9_.\-]*)(?P=kq)(?P<sep>\s*(?::=|[:=])[ \t]*)"
+    r"(?<![A-Za-z0-9_.\-])(?P<kq>\\?[\"']?)(?P<key>[A-Za-z_][A-Za-z0-9_.\-]*+)(?P=kq)(?P<sep>\s*(?::=|[:=])[ \t]*)"
     r"(?:\\\"(?P<esc>(?:(?!\\\")[^\r\n])*)\\\""
     r"|\"(?P<dq>(?:[^\"\\\r\n]|\\.)*)\""
     r"|'(?P<sq>[^'\r\n]*)'"
@@ -94,7 +96,8 @@ _NOT_A_VALUE = re.compile(
     r"|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|\$\{\{.*|\*+|x+|\.\.\.|…|\[REDACTED[^\]]*\]?)",
     re.IGNORECASE,
 )
-_DOTTED_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
+# attribute access without digits (settings.db_password, process.env.TOKEN); a dotted token has digits (ya29.a0Af)
+_DOTTED_NAME = re.compile(r"[A-Za-z_]+(?:\.[A-Za-z_]+)+")
 
 
 def names_secret(key: str) -> bool:
