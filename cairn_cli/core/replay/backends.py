@@ -136,7 +136,7 @@ def _status_failure(status: int, key_var: str) -> _Failure:
         f"HTTP {status} (request refused)",
         retryable=False,
         status=status,
-        hint="check the model name and --max-tokens",
+        hint="check the model name, the token limit and the base URL",
     )
 
 
