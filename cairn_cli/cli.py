@@ -23,6 +23,7 @@ from cairn_cli.commands import (
     labels,
     memory,
     rank,
+    replay,
     stats,
     train,
 )
@@ -48,6 +49,9 @@ memory_app = _group(help="The persistent memory store.")
 daemon_app = _group(help="The model daemon that keeps the hot path fast.")
 hook_app = _group(help="The Claude Code integration: the hooks and their installation.")
 ab_app = _group(help="The write-side live A/B of the generation rules.")
+replay_app = _group(
+    help="The offline write-side A/B: real sessions replayed through two rules, judged (never promotes)."
+)
 ab_queue_app = _group(help="Candidate instructions for arm B.")
 stats_app = _group(help="What the labels say: deliveries, label volume, floors, abstentions, write-side dedup.")
 
@@ -118,6 +122,9 @@ COMMANDS: list[tuple[typer.Typer, str, Callable]] = [
     (ab_app, "selfmod", ab.selfmod),
     (ab_queue_app, "add", ab.queue_add),
     (ab_queue_app, "list", ab.queue_list),
+    (replay_app, "run", replay.run),
+    (replay_app, "report", replay.report),
+    (replay_app, "list", replay.list_),
     (stats_app, "deliveries", stats.deliveries),
     (stats_app, "labels", stats.labels),
     (stats_app, "floors", stats.floors),
@@ -131,6 +138,7 @@ app.add_typer(daemon_app, name="daemon")
 app.add_typer(hook_app, name="hook")
 ab_app.add_typer(ab_queue_app, name="queue")
 app.add_typer(ab_app, name="ab")
+app.add_typer(replay_app, name="replay")
 app.add_typer(stats_app, name="stats")
 
 

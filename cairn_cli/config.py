@@ -174,6 +174,10 @@ _SETTINGS = [
         "Assign each main-agent prompt to arm A (live rules) or B (+ the candidate instruction); off: no arms.",
     ),
     Setting("AB_SEED", "", str, "Seed the per-prompt arm draw (tests, simulations); empty: truly random."),
+    Setting(
+        "REPLAY_WRITER_MODEL", "claude-sonnet-4-5", str, "`cairn replay`: the model that writes each arm's memories."
+    ),
+    Setting("REPLAY_JUDGE_MODEL", "claude-opus-4-1", str, "`cairn replay`: the model that judges and cold-reads them."),
     Setting("AB_SPRT_P1", 0.7, float, "The A/B test's alternative: P(B wins a session) under H1 (H0: 0.5)."),
     Setting("AB_ALPHA", 0.05, float, "False-promotion bound of the A/B test, however often cron looks."),
     Setting("AB_BETA", 0.1, float, "B is retired when the likelihood ratio falls under this (clearly not better)."),

@@ -259,7 +259,7 @@ def test_a_store_made_before_the_index_is_indexed_when_opened(tmp_path):
     db.close_all()
     open_stores(Settings(DB_URL=f"sqlite:///{path}"))
     names = [r[0] for r in _sql("SELECT name FROM cairn_migrations ORDER BY name")]
-    assert names[-1] == "0005_memories_fulltext"
+    assert "0005_memories_fulltext" in names
     assert_in_step()
     assert _sql("SELECT count(*) FROM fulltext_docs") == [(len(lines) - 1,)]
     request = RankRequest("how should prices be stored for the checkout?", scope="webshop", log=False)
@@ -688,7 +688,7 @@ def test_postgres_store_made_before_the_index_is_indexed_when_opened(pg_url):
         )
     old.close()
     open_stores(Settings(DB_URL=pg_url))
-    assert [r[0] for r in _sql("SELECT name FROM cairn_migrations ORDER BY name")][-1] == "0005_memories_fulltext"
+    assert [r[0] for r in _sql("SELECT name FROM cairn_migrations ORDER BY name")][-1] >= "0005_memories_fulltext"
     assert_in_step()
     assert _sql("SELECT count(*) FROM fulltext_docs") == [(17,)]
     request = RankRequest("how should prices be stored for the checkout?", scope="webshop", log=False)

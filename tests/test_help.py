@@ -5,7 +5,17 @@ import sys
 
 import pytest
 
-from cairn_cli.cli import COMMANDS, ab_app, ab_queue_app, app, daemon_app, hook_app, memory_app, stats_app
+from cairn_cli.cli import (
+    COMMANDS,
+    ab_app,
+    ab_queue_app,
+    app,
+    daemon_app,
+    hook_app,
+    memory_app,
+    replay_app,
+    stats_app,
+)
 from tests.conftest import ROOT
 
 GROUPS = {
@@ -16,6 +26,7 @@ GROUPS = {
     id(ab_app): "ab ",
     id(ab_queue_app): "ab queue ",
     id(stats_app): "stats ",
+    id(replay_app): "replay ",
 }
 ALL = [f"{GROUPS[id(parent)]}{name}" for parent, name, _ in COMMANDS]
 

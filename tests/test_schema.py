@@ -55,6 +55,19 @@ MEMORY_SCHEMA = {
         "keyword_len_meta",
     ],
     "fulltext_terms": ["term", "df", "df_meta", "tf_max", "dl_min"],
+    # `cairn replay` (migration 0006): the content cache of model calls and the runs
+    "replay_calls": [
+        "key",
+        "backend",
+        "model",
+        "role",
+        "answer",
+        "input_tokens",
+        "output_tokens",
+        "run_id",
+        "created_at",
+    ],
+    "replay_runs": ["id", "status", "config", "sent", "report", "created_at", "updated_at"],
 }
 EPHEMERAL_SCHEMA = {
     "cairn_migrations": ["name", "applied_at"],
@@ -143,6 +156,7 @@ def test_migrations_are_recorded_in_order_and_applied_once(tmp_path):
         "0003_memories_updated_at_index",
         "0004_memory_merges",
         "0005_memories_fulltext",
+        "0006_replay",
     ]
     assert migrations.apply_pending(database, migrations.MEMORY_MIGRATIONS) == names
     assert migrations.apply_pending(database, migrations.MEMORY_MIGRATIONS) == []

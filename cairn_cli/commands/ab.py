@@ -38,10 +38,12 @@ def status(json: Json = False) -> None:
     data so far. Example: cairn ab status
     """
     from cairn_cli.core.experiment import ab
+    from cairn_cli.core.replay.run import latest_verdict, verdict_line
 
     s = store(read_only=True)
     current = ab.arms(s)
     decision = ab.evaluate(s)
+    offline = latest_verdict(current.versions.get("B"))
     if json:
         output.json_out(
             {
@@ -50,6 +52,7 @@ def status(json: Json = False) -> None:
                 "b_instruction": current.b_instruction,
                 "queue": current.queue,
                 "decision": decision.as_dict(),
+                "offline_replay": offline,  # an analysis of replayed transcripts, not the live data: never promotes
             }
         )
         return
@@ -84,6 +87,8 @@ def status(json: Json = False) -> None:
     if rows:
         output.table(rows, list(rows[0]), title="downstream quality of each arm's memories")
     output.message(f"decision: {decision.decision} — {decision.reason}")
+    if current.versions.get("B"):
+        output.message(f"B {verdict_line(offline)}")
 
 
 def _decide(dry_run: bool, json: bool, by: str) -> None:
@@ -145,8 +150,21 @@ def queue_add(
 def queue_list(json: Json = False) -> None:
     """List the queued candidate instructions. Example: cairn ab queue list"""
     from cairn_cli.core.experiment import ab
+    from cairn_cli.core.replay.run import latest_verdict, verdict_line
 
-    queue = ab.arms(store(read_only=True)).queue
-    output.json_out(queue) if json else output.table(
-        [{"#": i + 1, "instruction": q} for i, q in enumerate(queue)], ["#", "instruction"], title="A/B candidate queue"
+    current = ab.arms(store(read_only=True))
+    rows = []
+    for i, text in enumerate(current.queue):
+        version = ab.b_version(current.versions["A"], text)
+        offline = latest_verdict(version)
+        rows.append(
+            {
+                "#": i + 1,
+                "instruction": text,
+                "version": version,
+                "offline_replay": offline if json else verdict_line(offline),
+            }
+        )
+    output.json_out(rows) if json else output.table(
+        rows, ["#", "instruction", "version", "offline_replay"], title="A/B candidate queue (replay verdicts: offline)"
     )

@@ -347,12 +347,46 @@ def _memories_fulltext(db: peewee.Database) -> None:
     db.execute_sql("INSERT INTO fulltext_pending (memory_id) SELECT id FROM memories WHERE superseded_by IS NULL")
 
 
+def _replay(db: peewee.Database) -> None:
+    """`cairn replay`: every model call cached by content (backend, model, prompt hash -> answer), so a rerun or a
+    resumed run pays for nothing twice, and the runs (their configuration, what was sent where, the report)."""
+    _create(
+        db,
+        "replay_calls",
+        {
+            "key": peewee.CharField(max_length=64, primary_key=True),
+            "backend": peewee.CharField(max_length=40),
+            "model": peewee.CharField(max_length=200),
+            "role": peewee.CharField(max_length=40),
+            "answer": peewee.TextField(),
+            "input_tokens": peewee.IntegerField(),
+            "output_tokens": peewee.IntegerField(),
+            "run_id": peewee.CharField(max_length=64),
+            "created_at": peewee.DateTimeField(),
+        },
+    )
+    _create(
+        db,
+        "replay_runs",
+        {
+            "id": peewee.CharField(max_length=64, primary_key=True),
+            "status": peewee.CharField(max_length=20),
+            "config": JSONField(),
+            "sent": JSONField(),
+            "report": JSONField(null=True),
+            "created_at": peewee.DateTimeField(),
+            "updated_at": peewee.DateTimeField(),
+        },
+    )
+
+
 MEMORY_MIGRATIONS: list[Migration] = [
     ("0001_memories", _memories_v1),
     ("0002_machine_state", _machine_state_v1),
     ("0003_memories_updated_at_index", _memories_updated_at_index),
     ("0004_memory_merges", _memory_merges),
     ("0005_memories_fulltext", _memories_fulltext),
+    ("0006_replay", _replay),
 ]
 EPHEMERAL_MIGRATIONS: list[Migration] = [
     ("0001_memory_deliveries", _deliveries_v1),

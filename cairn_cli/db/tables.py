@@ -76,6 +76,36 @@ class MachineState(_MemoryBase):
         table_name = "machine_state"
 
 
+class ReplayCall(_MemoryBase):
+    """One model call of `cairn replay`, by content: key = sha256(backend, model, prompt)."""
+
+    key = peewee.CharField(max_length=64, primary_key=True)
+    backend = peewee.CharField(max_length=40)
+    model = peewee.CharField(max_length=200)
+    role = peewee.CharField(max_length=40)  # writer | judge | coldread
+    answer = peewee.TextField()
+    input_tokens = peewee.IntegerField()
+    output_tokens = peewee.IntegerField()
+    run_id = peewee.CharField(max_length=64)  # the run that paid for it
+    created_at = peewee.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "replay_calls"
+
+
+class ReplayRun(_MemoryBase):
+    id = peewee.CharField(max_length=64, primary_key=True)
+    status = peewee.CharField(max_length=20)  # running | partial | complete | failed
+    config = JSONField()
+    sent = JSONField()  # which backend received what: calls and tokens per role, redactions
+    report = JSONField(null=True)
+    created_at = peewee.DateTimeField(default=utcnow)
+    updated_at = peewee.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "replay_runs"
+
+
 class MemoryDelivery(_EphemeralBase):
     id = peewee.AutoField()  # peewee's implicit key, spelled out for type checkers
     session_id = peewee.CharField(max_length=200, index=True)
