@@ -51,7 +51,7 @@ def test_a_dry_run_plans_sessions_calls_tokens_and_cost_and_calls_nothing(cli, a
 
 
 @needs_transcripts
-def test_a_full_run_judges_blind_and_swapped_and_reports_per_criterion(cli, agent):
+def test_a_full_run_judges_blind_and_swapped_and_reports_per_criterion(cli, agent, tmp_path):
     report = _run(cli, "--b-instruction", "Name the symptom a future session will search for in the keywords.")
     assert report["status"] == "complete" and report["sessions"] >= 3
     sent = len(agent())
@@ -71,8 +71,11 @@ def test_a_full_run_judges_blind_and_swapped_and_reports_per_criterion(cli, agen
         listed[0]["run"] == report["run"]
         and listed[0]["verdicts"]["fitness"] == report["criteria"]["fitness"]["verdict"]
     )
-    shown = cli("replay", "report", report["run"])
+    shown = cli("replay", "report", report["run"], "--plot", tmp_path / "win.png")
     assert shown.exit_code == 0 and "findability" in shown.stdout and "never promotes" in shown.stdout
+    assert (tmp_path / "win.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    per_session = report["per_session"]  # the unit: each session's own score per criterion
+    assert sum(s["findability"]["wins_b"] for s in per_session.values()) == find["wins_b"]
 
 
 @needs_transcripts

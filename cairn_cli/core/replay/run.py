@@ -530,7 +530,7 @@ def execute(
 ) -> dict:
     """Replay `sessions`, judge, measure, analyse; store the run (its config, what was sent, the report) and return
     the report. A cap reached stops the run cleanly: the sessions finished are analysed, the report is partial."""
-    from cairn_cli.core.replay.analysis import compare
+    from cairn_cli.core.replay.analysis import compare, session_scores
     from cairn_cli.db.tables import ReplayRun
 
     run_id = run_id or new_run_id()
@@ -578,6 +578,9 @@ def execute(
         "turns": sum(r.turns for r in results),
         "judged_turns": sum(len(r.mappings) for r in results),
         "criteria": {c: v.as_dict() for c, v in comparisons.items()},
+        "per_session": {
+            session: {c: score.as_dict() for c, score in by.items()} for session, by in session_scores(pairs).items()
+        },
         "arms_metrics": arm_metrics(finished, results, settings, embed),
         "writer_problems": {arm: sum(r.writer_problems.get(arm, 0) for r in results) for arm in ("A", "B")},
         "judge_unparsed": sum(r.judge_unparsed for r in results),
