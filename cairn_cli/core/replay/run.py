@@ -661,6 +661,5 @@ def plot(report: dict, path: Path) -> Path:
     ax.set_ylim(0, 1)
     ax.set_ylabel("B's win rate over A (sessions)")
     ax.set_title(f"{report['run']}: B {report['arms']['B']['version']} vs A {report['arms']['A']['version']}")
-    fig.tight_layout()
     fig.savefig(path)
     return path
