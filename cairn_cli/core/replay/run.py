@@ -653,8 +653,10 @@ def plot(report: dict, path: Path) -> Path:
             continue
         names.append(criterion)
         rates.append(c["win_rate"])
-        lows.append(c["win_rate"] - (c.get("low") or c["win_rate"]))
-        highs.append((c.get("high") or c["win_rate"]) - c["win_rate"])
+        low = c["win_rate"] if c.get("low") is None else c["low"]
+        high = c["win_rate"] if c.get("high") is None else c["high"]
+        lows.append(c["win_rate"] - low)
+        highs.append(high - c["win_rate"])
     ax.errorbar(range(len(names)), rates, yerr=[lows, highs], fmt="o", capsize=5)
     ax.axhline(0.5, linestyle="--", color="grey")
     ax.set_xticks(range(len(names)), names)
