@@ -88,7 +88,7 @@ def run(
     from cairn_cli.core.replay import run as replay
     from cairn_cli.core.replay.sessions import sessions as find_sessions
 
-    s = store(read_only=dry_run and resume is None)
+    s = store()  # a dry run too: the arms are machine-managed state (a fresh home gets its empty stores)
     if resume is not None:
         cfg = replay.ReplayConfig(**replay.get_run(resume).config)
         cfg.max_calls, cfg.max_cost_usd = max_calls, max_cost_usd  # a cap is this invocation's, never inherited

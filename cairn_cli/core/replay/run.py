@@ -171,14 +171,17 @@ def parse_json(answer: str) -> dict | None:
 
 
 def price(model: str, cfg: ReplayConfig) -> tuple[float, float] | None:
-    """USD per million (input, output) tokens: --price-in/--price-out, else the table by prefix, else for the
-    command backend 0 (a local program), else unknown."""
+    """USD per million (input, output) tokens: --price-in/--price-out, else 0 for the command backend (a local
+    program: its tokens are estimates and what it bills, if anything, is its own), else the table by model prefix,
+    else unknown."""
     if cfg.price_in is not None or cfg.price_out is not None:
         return (cfg.price_in or 0.0, cfg.price_out or 0.0)
+    if cfg.backend == "command":
+        return (0.0, 0.0)
     for prefix, pair in PRICES.items():
         if model.startswith(prefix):
             return pair
-    return (0.0, 0.0) if cfg.backend == "command" else None
+    return None
 
 
 def call_key(backend: str, model: str, prompt: str) -> str:
