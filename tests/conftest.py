@@ -77,3 +77,41 @@ def shared(*parts: str) -> Path:
     if not path.exists():
         pytest.skip(f"real data not found at {path} (../shared/data is absent on this machine)")
     return path
+
+
+# -- PostgreSQL: a throw-away server per test session, a fresh database per test ---------------------------------
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """The session's PostgreSQL server (tests/pgserver.py). Without the binaries the test skips with the reason,
+    except under CI=true: CI must never test SQLite alone without saying so loudly."""
+    from tests import pgserver
+
+    why = pgserver.available()
+    if why:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true and no PostgreSQL to test against: {why}")
+        pytest.skip(why)
+    server = pgserver.PgServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend(request, monkeypatch, cairn_home):
+    """Run the test on each storage backend: SQLite files in CAIRN_HOME, or two fresh databases (memory store and
+    delivery log) on the session's PostgreSQL server. Returns the backend's name."""
+    from cairn_cli import db
+    from cairn_cli.commands import _common
+    from cairn_cli.config import Settings
+    from cairn_cli.core.store import open_stores
+
+    if request.param == "postgresql":
+        server = request.getfixturevalue("pg_server")
+        monkeypatch.setenv("CAIRN_DB_URL", server.create_database("mem"))
+        monkeypatch.setenv("CAIRN_EPHEMERAL_DB_URL", server.create_database("eph"))
+        db.close_all()
+        _common._globals.clear()
+        open_stores(Settings())
+    return request.param

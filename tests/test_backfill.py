@@ -84,9 +84,9 @@ def _checksum() -> str:
 
 
 @pytest.fixture
-def history(cli, tmp_path, monkeypatch):
+def history(backend, cli, tmp_path, monkeypatch):
     """Two memories delivered in three sessions: s-used (its response repeats USED), s-gone (its transcript was
-    deleted) and s-sub (a subagent's prompt)."""
+    deleted) and s-sub (a subagent's prompt); on SQLite and on PostgreSQL (`backend`)."""
     monkeypatch.setenv("CAIRN_COMPOSITE_FLOOR", "off")
     monkeypatch.setenv("CAIRN_EXPLORE_RATE", "0")
     for text in (USED, UNRELATED):

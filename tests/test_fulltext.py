@@ -611,8 +611,7 @@ def test_the_fallback_imports_no_numpy_and_the_daemon_down_hook_still_injects(ca
 
 
 # --- PostgreSQL -------------------------------------------------------------------------------------------------
-# No PostgreSQL runs in CI yet (issue 16 brings the fixture): these run against the server named by PG_TEST_URL,
-# e.g. postgresql://cairn@127.0.0.1:55432/cairn_test (its public schema is dropped and made again), else skip.
+# Against a fresh database on the session's throw-away server (tests/pgserver.py, the `pg_server` fixture).
 
 
 def _pg(url: str) -> peewee.PostgresqlDatabase:
@@ -625,17 +624,9 @@ def _pg(url: str) -> peewee.PostgresqlDatabase:
 
 
 @pytest.fixture
-def pg_url():
-    url = os.environ.get("PG_TEST_URL")
-    if not url:
-        pytest.skip("PG_TEST_URL is not set: no PostgreSQL to test against")
-    pytest.importorskip("psycopg2")
+def pg_url(pg_server):
     db.close_all()
-    fresh = _pg(url)
-    fresh.execute_sql("DROP SCHEMA public CASCADE")
-    fresh.execute_sql("CREATE SCHEMA public")
-    fresh.close()
-    yield url
+    yield pg_server.create_database("ft")
     db.close_all()
 
 

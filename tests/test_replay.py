@@ -18,8 +18,9 @@ needs_transcripts = pytest.mark.skipif(not SPOTTER.is_dir(), reason=f"real Claud
 
 
 @pytest.fixture
-def agent(tmp_path, monkeypatch):
-    """The local writer / judge's log of every prompt it received (one call = one line)."""
+def agent(backend, tmp_path, monkeypatch):
+    """The local writer / judge's log of every prompt it received (one call = one line); the run's cache and
+    reports on SQLite and on PostgreSQL (`backend`)."""
     log = tmp_path / "agent.jsonl"
     monkeypatch.setenv("REPLAY_AGENT_LOG", str(log))
 

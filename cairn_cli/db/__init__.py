@@ -63,12 +63,29 @@ def _open_one(kind: str, url: str, proxy: peewee.DatabaseProxy, registry, *, cre
             db.close()
             db = _read_only(db, registry) if "readonly" in str(exc) else None
             if db is None:
-                raise ConfigError(
-                    f"cannot open the {kind} database at {url}: {exc}", "check the URL and permissions"
-                ) from None
+                why = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+                raise ConfigError(f"cannot open the {kind} database at {safe_url(url)}: {why}", _hint(url)) from None
         _open[key] = db
     proxy.initialize(db)
     return db
+
+
+def safe_url(url: str) -> str:
+    """The URL as it may be printed or logged: a password replaced by ***."""
+    parsed = urlparse(url)
+    if not parsed.password:
+        return url
+    netloc = parsed.netloc.rsplit("@", 1)
+    user = netloc[0].split(":", 1)[0]
+    return parsed._replace(netloc=f"{user}:***@{netloc[1]}").geturl()
+
+
+def _hint(url: str) -> str:
+    parsed = urlparse(url)
+    if parsed.scheme in ("postgres", "postgresql"):
+        where = f"{parsed.hostname or '127.0.0.1'}:{parsed.port or 5432}"
+        return f"check that PostgreSQL is running at {where}, that the database exists and the user may connect"
+    return "check the URL and permissions"
 
 
 def _read_only(db: peewee.Database, registry) -> peewee.Database | None:

@@ -410,8 +410,25 @@ def _ledger(db: peewee.Database) -> type[peewee.Model]:
     )
 
 
+MIGRATION_LOCK = 0x636169726E  # "cairn": the PostgreSQL advisory lock two instances starting at once share
+
+
 def apply_pending(db: peewee.Database, registry: list[Migration]) -> list[str]:
-    """Apply, in order and each in its own transaction, the migrations not yet recorded. Returns their names."""
+    """Apply, in order and each in its own transaction, the migrations not yet recorded. Returns their names.
+
+    On PostgreSQL many instances may open one store at once: the whole check-and-apply holds a session advisory
+    lock, so the second waits and then finds every migration recorded (each is applied once). SQLite serialises
+    writers itself, and a second process's ledger insert of the same name would fail its transaction."""
+    if not isinstance(db, peewee.PostgresqlDatabase):
+        return _apply_pending(db, registry)
+    db.execute_sql("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
+    try:
+        return _apply_pending(db, registry)
+    finally:
+        db.execute_sql("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
+
+
+def _apply_pending(db: peewee.Database, registry: list[Migration]) -> list[str]:
     ledger = _ledger(db)
     db.create_tables([ledger], safe=True)
     done = {name for (name,) in db.execute_sql("SELECT name FROM cairn_migrations").fetchall()}

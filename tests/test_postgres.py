@@ -1,0 +1,135 @@
+"""The storage-facing flows on both backends (the `backend` fixture: SQLite files, or two fresh databases on the
+session's throw-away PostgreSQL server), and what only PostgreSQL has: migrations taken under an advisory lock, a
+refused connection worded in one line without its password."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+
+import orjson
+import pytest
+
+from cairn_cli.config import Settings
+from tests.conftest import EXAMPLES
+
+
+def _prompt(session: str, prompt: str, transcript) -> None:
+    from cairn_cli.hook_entry import run_prompt
+
+    payload = {"hook_event_name": "UserPromptSubmit", "session_id": session, "prompt": prompt, "cwd": "/w/webshop"}
+    if transcript:
+        payload["transcript_path"] = str(transcript)
+    assert run_prompt(orjson.dumps(payload)) == 0
+
+
+def _stop(session: str, message: str) -> None:
+    from cairn_cli.hook_entry import run_stop
+
+    payload = {"hook_event_name": "Stop", "session_id": session, "last_assistant_message": message}
+    assert run_stop(orjson.dumps(payload)) == 0
+
+
+def test_memories_rank_log_and_the_fallback_on_each_backend(backend, cli, monkeypatch):
+    from cairn_cli.core.store import deliveries
+    from cairn_cli.db.tables import memory_proxy
+
+    assert type(memory_proxy.obj).__name__ == ("PostgresqlDatabase" if backend == "postgresql" else "SqliteDatabase")
+    assert cli("memory", "import", EXAMPLES).exit_code == 0
+    listed = json.loads(cli("memory", "list", "--json").stdout)
+    assert len(listed) == 18
+    ranked = json.loads(
+        cli("rank", "integration tests fail with connection refused", "--scope", "webshop", "--json").stdout
+    )
+    assert ranked["memories"] and "PostgreSQL" in ranked["memories"][0]["content"]
+    rows = deliveries.list_deliveries(Settings(), session_id="cli")
+    assert [r.memory_id for r in sorted(rows, key=lambda r: r.rank)] == [m["id"] for m in ranked["memories"]]
+    # the daemon down: the full-text index ranks (tsvector + GIN on PostgreSQL)
+    monkeypatch.setenv("CAIRN_DAEMON", "auto")
+    monkeypatch.setenv("CAIRN_DAEMON_AUTOSTART", "false")
+    down = json.loads(
+        cli("rank", "integration tests fail with connection refused", "--scope", "webshop", "--json").stdout
+    )
+    assert down["ranker"] == "cairn-fallback" and "PostgreSQL" in down["memories"][0]["content"]
+
+
+def test_hook_prompt_stop_grades_and_evidence_applied_once_on_each_backend(backend, cli, tmp_path):
+    from cairn_cli.db.tables import EvidenceApplied, Memory, MemoryDelivery
+
+    assert cli("memory", "import", EXAMPLES).exit_code == 0
+    _prompt("s1", "how should prices be stored for the checkout?", None)
+    shown = list(MemoryDelivery.select().where(MemoryDelivery.session_id == "s1").order_by(MemoryDelivery.rank))
+    assert shown
+    first = shown[0].memory_id
+    before = Memory.get_by_id(first).corroborations
+    grades = [f"{d.memory_id}:{3 if d.memory_id == first else 0}" for d in shown]
+    cm = {
+        "m": [{"content": "Refunds are booked in integer cents too", "keywords": ["refunds"]}],
+        "rg": grades,
+        "cu": [first],
+    }
+    message = f"Store prices as integer cents.\n[cm]{json.dumps(cm)}[/cm]"
+    _stop("s1", message)
+    _stop("s1", message)  # the same Stop again changes nothing
+    assert cli("grade", "--session", "s1", message).exit_code == 0  # nor does a grade of it
+    graded = {d.memory_id: d.grade for d in MemoryDelivery.select().where(MemoryDelivery.session_id == "s1")}
+    assert graded[first] == 3 and all(g == 0 for m, g in graded.items() if m != first)
+    assert Memory.get_by_id(first).corroborations == before + 1
+    assert EvidenceApplied.select().where(EvidenceApplied.session_id == "s1").count() == 1
+    assert Memory.select().where(Memory.content == "Refunds are booked in integer cents too").count() == 1
+    stats = json.loads(cli("stats", "deliveries", "--json").stdout)
+    assert sum(g["graded"] for g in stats) == len(shown)
+
+
+def test_two_instances_migrating_one_postgres_store_at_once_apply_each_migration_once(pg_server):
+    import peewee
+
+    from cairn_cli.db import migrations
+
+    url = pg_server.create_database("race")
+    name = url.rsplit("/", 1)[1]
+    applied: list[list[str]] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(2)
+
+    def instance() -> None:
+        conn = peewee.PostgresqlDatabase(name, user="postgres", host="127.0.0.1", port=pg_server.port)
+        try:
+            start.wait()
+            applied.append(migrations.apply_pending(conn, migrations.MEMORY_MIGRATIONS))
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=instance) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    every = [n for n, _ in migrations.MEMORY_MIGRATIONS]
+    assert sorted(applied, key=len) == [[], every]  # one instance applied them all, the other found them done
+    check = peewee.PostgresqlDatabase(name, user="postgres", host="127.0.0.1", port=pg_server.port)
+    rows = check.execute_sql("SELECT name, count(*) FROM cairn_migrations GROUP BY name").fetchall()
+    check.close()
+    assert sorted(rows) == [(n, 1) for n in every]
+
+
+def test_a_refused_connection_is_one_line_naming_the_host_and_never_the_password(cli, monkeypatch):
+    pytest.importorskip("psycopg2")
+    with socket.socket() as s:  # a loopback port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("CAIRN_DB_URL", f"postgresql://cairn:s3cret-pw@127.0.0.1:{port}/cairn")
+    from cairn_cli import db
+    from cairn_cli.commands import _common
+
+    db.close_all()
+    _common._globals.clear()
+    result = cli("memory", "list")
+    assert result.exit_code == 1
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and f"127.0.0.1:{port}" in lines[0] and "PostgreSQL is running" in lines[0]
+    assert "s3cret-pw" not in result.output and "cairn:***@" in result.output
