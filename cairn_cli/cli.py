@@ -130,6 +130,7 @@ COMMANDS: list[tuple[typer.Typer, str, Callable]] = [
     (stats_app, "floors", stats.floors),
     (stats_app, "prompts", stats.prompts),
     (stats_app, "dedup", stats.dedup),
+    (stats_app, "instances", stats.instances),
 ]
 for _parent, _name, _fn in COMMANDS:
     _parent.command(_name)(handle_errors(_fn))

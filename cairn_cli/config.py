@@ -175,6 +175,12 @@ _SETTINGS = [
     ),
     Setting("AB_SEED", "", str, "Seed the per-prompt arm draw (tests, simulations); empty: truly random."),
     Setting(
+        "INSTANCE",
+        "",
+        str,
+        "This machine's id on the rows it writes to a shared store (default: made once per CAIRN_HOME, <host>-<hex>).",
+    ),
+    Setting(
         "REPLAY_WRITER_MODEL", "claude-sonnet-4-5", str, "`cairn replay`: the model that writes each arm's memories."
     ),
     Setting("REPLAY_JUDGE_MODEL", "claude-opus-4-1", str, "`cairn replay`: the model that judges and cold-reads them."),

@@ -133,3 +133,60 @@ def test_a_refused_connection_is_one_line_naming_the_host_and_never_the_password
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and f"127.0.0.1:{port}" in lines[0] and "PostgreSQL is running" in lines[0]
     assert "s3cret-pw" not in result.output and "cairn:***@" in result.output
+
+
+def _graded_turn(session: str, prompt: str) -> int:
+    from cairn_cli.db.tables import MemoryDelivery
+
+    before = MemoryDelivery.select().where(MemoryDelivery.session_id == session).count()
+    _prompt(session, prompt, None)
+    shown = list(MemoryDelivery.select().where(MemoryDelivery.session_id == session).order_by(MemoryDelivery.id))
+    shown = shown[before:]  # this turn's
+    grades = [f"{d.memory_id}:{3 if i == 0 else 0}" for i, d in enumerate(shown)]
+    _stop(session, f"Done.\n[cm]{json.dumps({'rg': grades})}[/cm]")
+    return len(shown)
+
+
+def test_every_row_carries_the_instance_that_wrote_it_and_stats_training_calibration_filter(backend, cli, monkeypatch):
+    from cairn_cli.db.tables import HookState, Memory, MemoryDelivery
+
+    monkeypatch.setenv("CAIRN_INSTANCE", "alice")
+    assert cli("memory", "import", EXAMPLES).exit_code == 0
+    alice = _graded_turn("s-alice", "how should prices be stored for the checkout?")
+    monkeypatch.setenv("CAIRN_INSTANCE", "bob")
+    assert cli("memory", "add", "Bob's deploys run from the release branch only", "--scope", "webshop").exit_code == 0
+    bob = _graded_turn("s-bob", "where do deploys run from?") + _graded_turn("s-bob", "and how are prices stored?")
+    assert {m.instance for m in Memory.select()} == {"alice", "bob"}
+    assert {(d.session_id, d.instance) for d in MemoryDelivery.select()} == {("s-alice", "alice"), ("s-bob", "bob")}
+    assert {(h.session_id, h.instance) for h in HookState.select()} == {("s-alice", "alice"), ("s-bob", "bob")}
+    per = {r["instance"]: r for r in json.loads(cli("stats", "instances", "--json").stdout)}
+    assert (per["alice"]["memories"], per["alice"]["prompts"], per["alice"]["deliveries"]) == (18, 1, alice)
+    assert (per["bob"]["memories"], per["bob"]["prompts"], per["bob"]["deliveries"], per["bob"]["sessions"]) == (
+        1,
+        2,
+        bob,
+        1,
+    )
+    assert per["alice"]["graded"] == alice and per["bob"]["graded"] == bob
+    pooled = json.loads(cli("stats", "deliveries", "--json").stdout)
+    only_bob = json.loads(cli("stats", "deliveries", "--instance", "bob", "--json").stdout)
+    assert sum(g["deliveries"] for g in pooled) == alice + bob and sum(g["deliveries"] for g in only_bob) == bob
+    dry = json.loads(cli("train-reranker", "--dry-run", "--instance", "alice", "--json").stdout)
+    assert dry["rows"] == alice and dry["instance"] == "alice"
+    assert json.loads(cli("train-reranker", "--dry-run", "--json").stdout)["rows"] == alice + bob  # pooled
+
+
+def test_the_default_instance_id_is_made_once_per_home_and_kept_private(cairn_home, monkeypatch):
+    import os
+
+    from cairn_cli.core.store import INSTANCE_FILE, _instances, instance_id
+
+    monkeypatch.delenv("CAIRN_INSTANCE", raising=False)
+    _instances.clear()
+    first = instance_id(Settings())
+    _instances.clear()  # a new process reads the same file
+    assert instance_id(Settings()) == first and first.count("-") >= 1
+    path = cairn_home / INSTANCE_FILE
+    assert path.read_text().strip() == first and (os.stat(path).st_mode & 0o777) == 0o600
+    monkeypatch.setenv("CAIRN_INSTANCE", "ci-runner")
+    assert instance_id(Settings()) == "ci-runner"

@@ -25,6 +25,7 @@ MEMORY_SCHEMA = {
         "superseded_by",
         "embedding",
         "embedding_model",
+        "instance",
     ],
     "machine_state": ["key", "value", "updated_at", "history"],
     "memory_merges": [
@@ -97,6 +98,7 @@ EPHEMERAL_SCHEMA = {
         "engaged_semantic",
         "engaged_at",
         "engaged_backfill",
+        "instance",
     ],
     "evidence_applied": ["id", "session_id", "turn", "memory_id", "kind", "applied_at"],
     "hook_state": [
@@ -110,6 +112,7 @@ EPHEMERAL_SCHEMA = {
         "context_key",
         "data",
         "created_at",
+        "instance",
     ],
 }
 
@@ -126,6 +129,7 @@ def test_migrated_schema_is_pinned():
     assert [i.columns for i in eph.get_indexes("hook_state") if i.unique] == [["session_id", "turn"]]
     assert sorted(i.name for i in mem.get_indexes("memories")) == [
         "memories_content_hash",
+        "memories_instance",
         "memories_norm_hash",
         "memories_scope",
         "memories_superseded_by",
@@ -157,6 +161,7 @@ def test_migrations_are_recorded_in_order_and_applied_once(tmp_path):
         "0004_memory_merges",
         "0005_memories_fulltext",
         "0006_replay",
+        "0007_memories_instance",
     ]
     assert migrations.apply_pending(database, migrations.MEMORY_MIGRATIONS) == names
     assert migrations.apply_pending(database, migrations.MEMORY_MIGRATIONS) == []

@@ -17,6 +17,10 @@ Since = Annotated[
     str | None, typer.Option(help="Only from this ISO date or datetime on (UTC), e.g. 2024-05-01 or 2024-05-01T12:00.")
 ]
 Session = Annotated[str | None, typer.Option(help="Only this session's deliveries.")]
+Instance = Annotated[
+    str | None,
+    typer.Option(help="Only what this instance wrote, in a store several machines share (default: all, pooled)."),
+]
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Show what it would do; change nothing.")]
 ResponseFile = Annotated[Path | None, typer.Option("--file", help="Read the response from this file.")]
 

@@ -38,6 +38,10 @@ def calibrate_floor(
             "default) or semantic-backfill (rows `cairn backfill-semantic` examined; its own threshold)."
         ),
     ] = None,
+    instance: Annotated[
+        str | None,
+        typer.Option(help="Only this instance's graded deliveries (default: every instance sharing the store)."),
+    ] = None,
     keep: Annotated[
         float, typer.Option(min=0.5, max=1.0, help="Share of grade-3 memories the floor must keep.")
     ] = 0.95,
@@ -60,7 +64,9 @@ def calibrate_floor(
     from cairn_cli.core.learning import calibration
 
     s = store(read_only=not apply)
-    report = calibration.calibrate(s, target=target.value, model=model, keep=keep, min_grade3=min_grade3, method=method)
+    report = calibration.calibrate(
+        s, target=target.value, model=model, keep=keep, min_grade3=min_grade3, method=method, instance=instance
+    )
     if plot is not None:
         calibration.plot(report, plot)
     changed = calibration.apply(report, s) if apply else None

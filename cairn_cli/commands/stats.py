@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from cairn_cli import output
-from cairn_cli.commands._common import Json, Session, Since, store
+from cairn_cli.commands._common import Instance, Json, Session, Since, store
 
 
 class Bucket(str, Enum):
@@ -22,6 +22,7 @@ class Bucket(str, Enum):
 def deliveries(
     since: Since = None,
     session: Session = None,
+    instance: Instance = None,
     plot: Annotated[
         Path | None,
         typer.Option(
@@ -48,7 +49,7 @@ def deliveries(
 
     asked = stats.methods_asked(method)
     s, start = store(read_only=True), stats.parse_since(since)
-    groups = stats.delivery_stats(s, since=start, session=session)
+    groups = stats.delivery_stats(s, since=start, session=session, instance=instance)
     if asked is not None:
         for g in groups:
             g.engagement = {m: cell for m, cell in g.engagement.items() if m in asked}
@@ -87,6 +88,7 @@ def deliveries(
 def labels(
     since: Since = None,
     session: Session = None,
+    instance: Instance = None,
     bucket: Annotated[Bucket, typer.Option(help="Period of each row.")] = Bucket.day,
     json: Json = False,
 ) -> None:
@@ -99,7 +101,7 @@ def labels(
     from cairn_cli.core import stats
 
     rows = stats.label_volume(
-        store(read_only=True), since=stats.parse_since(since), session=session, bucket=bucket.value
+        store(read_only=True), since=stats.parse_since(since), session=session, bucket=bucket.value, instance=instance
     )
     if json:
         output.json_out(rows)
@@ -112,6 +114,7 @@ def labels(
 def prompts(
     since: Since = None,
     session: Session = None,
+    instance: Instance = None,
     bucket: Annotated[Bucket, typer.Option(help="Period of each row.")] = Bucket.day,
     json: Json = False,
 ) -> None:
@@ -122,7 +125,7 @@ def prompts(
     from cairn_cli.core import stats
 
     rows = stats.prompt_stats(
-        store(read_only=True), since=stats.parse_since(since), session=session, bucket=bucket.value
+        store(read_only=True), since=stats.parse_since(since), session=session, bucket=bucket.value, instance=instance
     )
     if json:
         output.json_out(rows)
@@ -174,6 +177,7 @@ def dedup(
 def floors(
     since: Since = None,
     session: Session = None,
+    instance: Instance = None,
     json: Json = False,
 ) -> None:
     """Share of grade-3 (load-bearing) deliveries scoring under each model's current floor; flags more than 10%.
@@ -182,7 +186,7 @@ def floors(
     """
     from cairn_cli.core import stats
 
-    rows = stats.floor_stats(store(read_only=True), since=stats.parse_since(since), session=session)
+    rows = stats.floor_stats(store(read_only=True), since=stats.parse_since(since), session=session, instance=instance)
     if json:
         output.json_out(rows)
         return
@@ -246,3 +250,30 @@ def _group_row(g, methods: list[str]) -> dict:
 
 def _pct(share: float | None) -> str:
     return "-" if share is None else f"{share:.1%}"
+
+
+def instances(since: Since = None, json: Json = False) -> None:
+    """Per instance writing to this store (the machines of a team): memories written, prompts ranked, deliveries,
+    sessions, graded deliveries and mean grade, engagement per method (never pooled across methods).
+
+    Example: cairn stats instances --since 2026-11-01
+    """
+    from cairn_cli.core import stats
+
+    rows = stats.instance_stats(store(read_only=True), since=stats.parse_since(since))
+    if json:
+        output.json_out(rows)
+        return
+    if not rows:
+        output.message("nothing written yet")
+        return
+    methods = stats.method_order({m for r in rows for m in r["engagement"]})
+    table = []
+    for r in rows:
+        cells = {k: r[k] for k in ("instance", "memories", "prompts", "deliveries", "sessions", "graded")}
+        cells["mean grade"] = "-" if r["mean_grade"] is None else f"{r['mean_grade']:.2f}"
+        for m in methods:
+            e = r["engagement"].get(m)
+            cells[f"{m} rate (n)"] = "-" if not e else f"{e['rate']:.2f} ({e['n']})"
+        table.append(cells)
+    output.table(table, list(table[0]), title="instances sharing this store")

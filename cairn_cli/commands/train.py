@@ -80,6 +80,10 @@ def train_reranker(
         typer.Option("--engagement-min-pos", min=0.0, max=1.0, help="Lexical overlap a positive pseudo-label needs."),
     ] = 0.2,
     engagement_max_pairs: Annotated[int, typer.Option("--engagement-max-pairs", min=0)] = 2000,
+    instance: Annotated[
+        str | None,
+        typer.Option(help="Train on this instance's labels only (default: every instance sharing the store, pooled)."),
+    ] = None,
     engagement_methods: Annotated[
         str,
         typer.Option(
@@ -138,6 +142,7 @@ def train_reranker(
         engagement_min_pos=engagement_min_pos,
         engagement_max_pairs=engagement_max_pairs,
         engagement_methods=training.engagement_methods(engagement_methods),
+        instance=instance,
         max_length=max_length,
         layers=layers,
         max_train_pairs=max_train_pairs,

@@ -80,7 +80,7 @@ def _rate_cell(engaged: int, n: int) -> dict:
     return {"n": n, "engaged": engaged, "rate": engaged / n if n else None, "ci_low": low, "ci_high": high}
 
 
-def _deliveries(since: dt.datetime | None, session: str | None, *fields):
+def _deliveries(since: dt.datetime | None, session: str | None, *fields, instance: str | None = None):
     from cairn_cli.db.tables import MemoryDelivery
 
     query = MemoryDelivery.select(*fields).order_by(MemoryDelivery.id)
@@ -88,6 +88,8 @@ def _deliveries(since: dt.datetime | None, session: str | None, *fields):
         query = query.where(MemoryDelivery.delivered_at >= since)
     if session:
         query = query.where(MemoryDelivery.session_id == session)
+    if instance:
+        query = query.where(MemoryDelivery.instance == instance)
     return list(query)
 
 
@@ -126,9 +128,10 @@ class GroupStats:
 
 
 def delivery_stats(
-    settings: Settings, *, since: dt.datetime | None = None, session: str | None = None
+    settings: Settings, *, since: dt.datetime | None = None, session: str | None = None, instance: str | None = None
 ) -> list[GroupStats]:
-    """One group per (generation version of the delivered memory, reranker model), sorted by both."""
+    """One group per (generation version of the delivered memory, reranker model), sorted by both; `instance`:
+    only the deliveries that instance made (default: every instance sharing the store, pooled)."""
     from cairn_cli.db.tables import MemoryDelivery as D
 
     rows = _deliveries(
@@ -141,6 +144,7 @@ def delivery_stats(
         D.hard_negative,
         D.engaged,
         D.engaged_method,
+        instance=instance,
     )
     versions = _memories(r.memory_id for r in rows)
     groups: dict[tuple[str, str], GroupStats] = {}
@@ -254,7 +258,12 @@ def _period(when: dt.datetime, bucket: str) -> str:
 
 
 def label_volume(
-    settings: Settings, *, since: dt.datetime | None = None, session: str | None = None, bucket: str = "day"
+    settings: Settings,
+    *,
+    since: dt.datetime | None = None,
+    session: str | None = None,
+    bucket: str = "day",
+    instance: str | None = None,
 ) -> list[dict]:
     """Labels made per period and per source: agent grades, engagement per method, untagged engagement.
 
@@ -269,6 +278,8 @@ def label_volume(
     )
     if session:
         query = query.where(D.session_id == session)
+    if instance:
+        query = query.where(D.instance == instance)
     counts: dict[str, dict[str, int]] = {}
     methods = set(METHODS)
     for r in query:
@@ -286,11 +297,75 @@ def label_volume(
     return [{"period": p, **{s: counts[p].get(s, 0) for s in ordered}} for p in sorted(counts)]
 
 
+# -- instances sharing a store ------------------------------------------------------------------------------------
+
+
+def instance_stats(settings: Settings, *, since: dt.datetime | None = None) -> list[dict]:
+    """Per writing instance (the machines sharing this store; rows from before instance ids: "(unknown)"):
+    memories written, prompts ranked, deliveries, sessions, graded deliveries and their mean grade, and engagement
+    per method (each its own rate, never pooled)."""
+    from cairn_cli.db.tables import HookState, Memory
+    from cairn_cli.db.tables import MemoryDelivery as D
+
+    unknown = "(unknown)"
+    out: dict[str, dict] = {}
+
+    def row(instance: str | None) -> dict:
+        return out.setdefault(
+            instance or unknown,
+            {
+                "instance": instance or unknown,
+                "memories": 0,
+                "prompts": 0,
+                "deliveries": 0,
+                "sessions": set(),
+                "grades": [],
+                "engagement": {},
+            },
+        )
+
+    memories = Memory.select(Memory.instance)
+    prompts = HookState.select(HookState.instance).where(HookState.is_subagent == False)  # noqa: E712
+    if since is not None:
+        memories = memories.where(Memory.created_at >= since)
+        prompts = prompts.where(HookState.created_at >= since)
+    for m in memories:
+        row(m.instance)["memories"] += 1
+    for h in prompts:
+        row(h.instance)["prompts"] += 1
+    for r in _deliveries(since, None, D.instance, D.session_id, D.grade, D.engaged, D.engaged_method):
+        cell = row(r.instance)
+        cell["deliveries"] += 1
+        cell["sessions"].add(r.session_id)
+        if r.grade is not None:
+            cell["grades"].append(r.grade)
+        if r.engaged is not None and r.engaged_method is not None:
+            tally = cell["engagement"].setdefault(r.engaged_method, [0, 0])
+            tally[0] += bool(r.engaged)
+            tally[1] += 1
+    result = []
+    for key in sorted(out):
+        cell = out[key]
+        grades = cell.pop("grades")
+        tallies = cell.pop("engagement")
+        cell["sessions"] = len(cell["sessions"])
+        cell["graded"] = len(grades)
+        cell["mean_grade"] = round(sum(grades) / len(grades), 3) if grades else None
+        cell["engagement"] = {m: _rate_cell(*tallies[m]) for m in method_order(tallies)}
+        result.append(cell)
+    return result
+
+
 # -- prompts and abstentions ---------------------------------------------------------------------------------------
 
 
 def prompt_stats(
-    settings: Settings, *, since: dt.datetime | None = None, session: str | None = None, bucket: str = "day"
+    settings: Settings,
+    *,
+    since: dt.datetime | None = None,
+    session: str | None = None,
+    bucket: str = "day",
+    instance: str | None = None,
 ) -> list[dict]:
     """Per period: the prompts cairn ranked (each turn's hook_state), how many got memories, how many abstained
     (nothing reached the composite floor, or nothing in scope), and the abstention rate with its Wilson interval."""
@@ -303,6 +378,8 @@ def prompt_stats(
         query = query.where(HookState.created_at >= since)
     if session:
         query = query.where(HookState.session_id == session)
+    if instance:
+        query = query.where(HookState.instance == instance)
     counts: dict[str, list[int]] = {}
     for row in query:
         data = row.data or {}
@@ -408,6 +485,7 @@ def floor_stats(
     since: dt.datetime | None = None,
     session: str | None = None,
     alarm_share: float = ALARM_SHARE,
+    instance: str | None = None,
 ) -> list[FloorStats]:
     """Per reranker model with graded deliveries carrying a reranker_score: how many of each grade score under the
     floor in force now; `alarm` when more than `alarm_share` of the grade-3 ones do."""
@@ -415,7 +493,7 @@ def floor_stats(
     from cairn_cli.db.tables import MemoryDelivery as D
 
     scores: dict[str, dict[int, list[float]]] = {}
-    for r in _deliveries(since, session, D.reranker_model, D.grade, D.score_components):
+    for r in _deliveries(since, session, D.reranker_model, D.grade, D.score_components, instance=instance):
         score = (r.score_components or {}).get("reranker_score")
         if r.grade in GRADES and isinstance(score, (int, float)) and not isinstance(score, bool):
             scores.setdefault(r.reranker_model, {g: [] for g in GRADES})[r.grade].append(float(score))

@@ -380,6 +380,23 @@ def _replay(db: peewee.Database) -> None:
     )
 
 
+def _instance_column(table: str) -> Callable[[peewee.Database], None]:
+    def migrate_it(db: peewee.Database) -> None:
+        """Who wrote each row (the instance id), for stores several machines share; old rows stay NULL."""
+        from playhouse.migrate import SchemaMigrator, migrate
+
+        migrator = SchemaMigrator.from_database(db)
+        migrate(migrator.add_column(table, "instance", peewee.CharField(max_length=100, null=True)))
+        db.execute_sql(f"CREATE INDEX IF NOT EXISTS {table}_instance ON {table} (instance)")
+
+    return migrate_it
+
+
+def _deliveries_instance(db: peewee.Database) -> None:
+    _instance_column("memory_deliveries")(db)
+    _instance_column("hook_state")(db)
+
+
 MEMORY_MIGRATIONS: list[Migration] = [
     ("0001_memories", _memories_v1),
     ("0002_machine_state", _machine_state_v1),
@@ -387,6 +404,7 @@ MEMORY_MIGRATIONS: list[Migration] = [
     ("0004_memory_merges", _memory_merges),
     ("0005_memories_fulltext", _memories_fulltext),
     ("0006_replay", _replay),
+    ("0007_memories_instance", _instance_column("memories")),
 ]
 EPHEMERAL_MIGRATIONS: list[Migration] = [
     ("0001_memory_deliveries", _deliveries_v1),
@@ -394,6 +412,7 @@ EPHEMERAL_MIGRATIONS: list[Migration] = [
     ("0003_deliveries_engagement_detail", _deliveries_engagement_detail),
     ("0004_evidence_applied", _evidence_applied),
     ("0005_deliveries_backfill_tag", _deliveries_backfill_tag),
+    ("0006_deliveries_instance", _deliveries_instance),
 ]
 
 

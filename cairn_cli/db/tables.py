@@ -11,6 +11,18 @@ from cairn_cli.clock import utcnow
 from cairn_cli.db.fields import JSONField
 
 memory_proxy = peewee.DatabaseProxy()
+_writing: dict[str, str | None] = {"instance": None}  # the instance id new rows carry (core/store.open_stores)
+
+
+def set_writing_instance(instance: str | None) -> None:
+    _writing["instance"] = instance
+
+
+def writing_instance() -> str | None:
+    """The default of every `instance` column: who wrote the row, in a store several machines share."""
+    return _writing["instance"]
+
+
 ephemeral_proxy = peewee.DatabaseProxy()
 
 
@@ -42,6 +54,7 @@ class Memory(_MemoryBase):
     superseded_by = peewee.IntegerField(null=True, index=True)
     embedding = peewee.BlobField(null=True)
     embedding_model = peewee.CharField(max_length=200, null=True)
+    instance = peewee.CharField(max_length=100, null=True, default=writing_instance)
 
     class Meta:
         table_name = "memories"
@@ -132,6 +145,7 @@ class MemoryDelivery(_EphemeralBase):
     engaged_at = peewee.DateTimeField(null=True)
     engaged_backfill = peewee.CharField(max_length=40, null=True)  # the backfill-semantic run that examined it
     arm = peewee.CharField(max_length=10, null=True)
+    instance = peewee.CharField(max_length=100, null=True, default=writing_instance)  # the machine that delivered
 
     class Meta:
         table_name = "memory_deliveries"
@@ -163,6 +177,7 @@ class HookState(_EphemeralBase):
     context_key = peewee.CharField(max_length=64, null=True)
     data = JSONField(default=dict)
     created_at = peewee.DateTimeField(default=utcnow)
+    instance = peewee.CharField(max_length=100, null=True, default=writing_instance)
 
     class Meta:
         table_name = "hook_state"

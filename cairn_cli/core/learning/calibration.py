@@ -95,12 +95,22 @@ class CalibrationReport:
         }
 
 
-def _reranker_scores(model: str) -> dict[int, list[float]]:
+def _of(query, instance: str | None):
+    """Only the deliveries `instance` made (a store several machines share), else all of them."""
+    from cairn_cli.db.tables import MemoryDelivery
+
+    return query.where(MemoryDelivery.instance == instance) if instance else query
+
+
+def _reranker_scores(model: str, instance: str | None = None) -> dict[int, list[float]]:
     from cairn_cli.db.tables import MemoryDelivery
 
     out: dict[int, list[float]] = {g: [] for g in GRADES}
-    rows = MemoryDelivery.select(MemoryDelivery.grade, MemoryDelivery.score_components).where(
-        (MemoryDelivery.reranker_model == model) & MemoryDelivery.grade.is_null(False)
+    rows = _of(
+        MemoryDelivery.select(MemoryDelivery.grade, MemoryDelivery.score_components).where(
+            (MemoryDelivery.reranker_model == model) & MemoryDelivery.grade.is_null(False)
+        ),
+        instance,
     )
     for row in rows:
         score = (row.score_components or {}).get("reranker_score")
@@ -109,13 +119,16 @@ def _reranker_scores(model: str) -> dict[int, list[float]]:
     return out
 
 
-def _composite_scores(profile: str, embed_model: str) -> dict[int, list[float]]:
+def _composite_scores(profile: str, embed_model: str, instance: str | None = None) -> dict[int, list[float]]:
     """Per grade, the relevance part of the composite of the graded deliveries this profile and model ranked."""
     from cairn_cli.db.tables import MemoryDelivery
 
     out: dict[int, list[float]] = {g: [] for g in GRADES}
-    rows = MemoryDelivery.select(MemoryDelivery.grade, MemoryDelivery.score_components).where(
-        MemoryDelivery.grade.is_null(False) & (MemoryDelivery.ranker == "cairn")
+    rows = _of(
+        MemoryDelivery.select(MemoryDelivery.grade, MemoryDelivery.score_components).where(
+            MemoryDelivery.grade.is_null(False) & (MemoryDelivery.ranker == "cairn")
+        ),
+        instance,
     )
     for row in rows:
         comps = row.score_components or {}
@@ -130,7 +143,7 @@ def _composite_scores(profile: str, embed_model: str) -> dict[int, list[float]]:
     return out
 
 
-def _engagement_scores(method: str) -> dict[int, list[float]]:
+def _engagement_scores(method: str, instance: str | None = None) -> dict[int, list[float]]:
     """The graded deliveries' cosines of one basis: the live second chance's (`semantic`) or the backfill's
     (`semantic-backfill`, every row a backfill run examined): never both in one calibration."""
     from cairn_cli.db.tables import MemoryDelivery
@@ -141,8 +154,11 @@ def _engagement_scores(method: str) -> dict[int, list[float]]:
         if method == SEMANTIC_BACKFILL
         else MemoryDelivery.engaged_backfill.is_null()
     )
-    rows = MemoryDelivery.select(MemoryDelivery.grade, MemoryDelivery.engaged_semantic).where(
-        MemoryDelivery.grade.is_null(False) & MemoryDelivery.engaged_semantic.is_null(False) & basis
+    rows = _of(
+        MemoryDelivery.select(MemoryDelivery.grade, MemoryDelivery.engaged_semantic).where(
+            MemoryDelivery.grade.is_null(False) & MemoryDelivery.engaged_semantic.is_null(False) & basis
+        ),
+        instance,
     )
     for row in rows:
         if row.grade in out and row.engaged_semantic is not None:
@@ -170,6 +186,7 @@ def calibrate(
     keep: float = 0.95,
     min_grade3: int = 20,
     method: str | None = None,
+    instance: str | None = None,
 ) -> CalibrationReport:
     """Propose a threshold for `target` from the graded deliveries (reranker: of `model`, default the live one;
     engagement: of the `method` basis, semantic or semantic-backfill)."""
@@ -193,7 +210,7 @@ def calibrate(
             model, key, current = None, THRESHOLD_KEY, backfill_threshold(settings)[0]
         else:
             model, key, current = None, ENGAGEMENT_KEY, engagement_semantic_min(settings)
-        scores = _engagement_scores(method)
+        scores = _engagement_scores(method, instance)
         if not any(scores.values()):
             hint = (
                 "run `cairn backfill-semantic` over graded deliveries first"
@@ -210,7 +227,7 @@ def calibrate(
         profile, embed_model = get_profile(settings).name, settings.EMBED_MODEL
         key = COMPOSITE_KEY.format(profile, embed_model)
         current, source = composite_floor(settings, profile, embed_model)
-        scores = _composite_scores(profile, embed_model)
+        scores = _composite_scores(profile, embed_model, instance)
         if not any(scores.values()):
             raise NotFound(
                 f"no graded deliveries ranked by the {profile} profile with {embed_model}",
@@ -230,7 +247,7 @@ def calibrate(
                 "pass --model with the reranker_model of graded deliveries",
             )
         key, current = FLOOR_KEY.format(model), current_floor(model, settings)
-        scores = _reranker_scores(model)
+        scores = _reranker_scores(model, instance)
         if not any(scores.values()):
             graded = ", ".join(_graded_models()) or "none"
             raise NotFound(
@@ -241,6 +258,8 @@ def calibrate(
             notes.append(f"{model} has no configured floor: nothing is dropped now")
     else:
         raise InvalidInput(f"unknown target {target!r}", f"pass --target {RERANKER} or --target {ENGAGEMENT}")
+    if instance:
+        notes.append(f"only the deliveries of instance {instance} (the floor, once applied, is the team's)")
     proposal = propose_floor(scores, keep, min_grade3=min_grade3)
     return CalibrationReport(
         target,

@@ -75,11 +75,15 @@ def query_key(query: str) -> str:
 # -- data -------------------------------------------------------------------------------------------------------
 
 
-def graded_rows(settings: Settings) -> list[LabelRow]:
-    """Every graded delivery as a label row (the memory's current text; query = the delivery's context window)."""
+def graded_rows(settings: Settings, *, instance: str | None = None) -> list[LabelRow]:
+    """Every graded delivery as a label row (the memory's current text; query = the delivery's context window);
+    `instance`: only that instance's (default: every instance sharing the store, pooled)."""
     from cairn_cli.db.tables import Memory, MemoryDelivery
 
-    rows = list(MemoryDelivery.select().where(MemoryDelivery.grade.is_null(False)).order_by(MemoryDelivery.id))
+    query = MemoryDelivery.select().where(MemoryDelivery.grade.is_null(False))
+    if instance:
+        query = query.where(MemoryDelivery.instance == instance)
+    rows = list(query.order_by(MemoryDelivery.id))
     texts = (
         {
             m.id: m.content
@@ -122,7 +126,11 @@ def engagement_methods(text: str) -> tuple[str, ...]:
 
 
 def engagement_rows(
-    settings: Settings, *, min_pos: float, methods: tuple[str, ...] = DEFAULT_ENGAGEMENT_METHODS
+    settings: Settings,
+    *,
+    min_pos: float,
+    methods: tuple[str, ...] = DEFAULT_ENGAGEMENT_METHODS,
+    instance: str | None = None,
 ) -> list[LabelRow]:
     """Ungraded deliveries with an engagement decision of one of `methods`, as 0/3 pseudo-grades. A lexical row is
     a positive only when its overlap reaches `min_pos` (lexical engaged rows under it are left out); semantic and
@@ -136,6 +144,7 @@ def engagement_rows(
             MemoryDelivery.grade.is_null()
             & MemoryDelivery.engaged.is_null(False)
             & MemoryDelivery.engaged_method.in_(list(methods))
+            & ((MemoryDelivery.instance == instance) if instance else True)
         )
         .order_by(MemoryDelivery.id)
     )
@@ -514,6 +523,7 @@ class TrainOptions:
     engagement_min_pos: float = 0.2
     engagement_max_pairs: int = 2000
     engagement_methods: tuple[str, ...] = DEFAULT_ENGAGEMENT_METHODS
+    instance: str | None = None  # train on one instance's labels (default: the pool of every instance)
     max_length: int | None = None
     layers: int | None = None
     max_train_pairs: int | None = None
@@ -535,6 +545,7 @@ class TrainReport:
     seed: int
     outcome: str = "dry-run"  # dry-run | deployed | refused | trained (no deploy)
     engagement_methods: list[str] = field(default_factory=list)  # the bases pseudo-labels came from (--engagement)
+    instance: str | None = None  # whose labels (None: every instance sharing the store)
     reason: str = ""
     incumbent: str | None = None
     base: str | None = None
@@ -574,7 +585,7 @@ class Split:
 def prepare(settings: Settings, opts: TrainOptions) -> Split:
     """Export (unless --data), split by query, pair; engagement pseudo-labels join the TRAINING side only."""
     if opts.data is None:
-        rows = graded_rows(settings)
+        rows = graded_rows(settings, instance=opts.instance)
         write_jsonl(rows, silver_path())
         data = str(silver_path())
     else:
@@ -587,7 +598,9 @@ def prepare(settings: Settings, opts: TrainOptions) -> Split:
     if opts.engagement:
         pseudo = [
             r
-            for r in engagement_rows(settings, min_pos=opts.engagement_min_pos, methods=opts.engagement_methods)
+            for r in engagement_rows(
+                settings, min_pos=opts.engagement_min_pos, methods=opts.engagement_methods, instance=opts.instance
+            )
             if r.query_key not in held_keys
         ]
         weak = make_pairs(pseudo, {r.query_key for r in pseudo}, min_gap=opts.min_gap)
@@ -617,6 +630,7 @@ def train_reranker(
         opts.seed,
     )
     report.engagement_methods = list(opts.engagement_methods) if opts.engagement else []
+    report.instance = opts.instance
     if opts.dry_run:
         return report
     if not split.train_pairs + split.weak_pairs or not split.held_pairs:
@@ -743,6 +757,7 @@ def _card(report: TrainReport) -> dict:
         },
         "pairs": {"train": report.train_pairs, "engagement": report.engagement_pairs, "held": report.held_pairs},
         "engagement_methods": report.engagement_methods,
+        "instance": report.instance or "all (pooled)",
         "held_out": {
             "incumbent": report.incumbent,
             "student_agreement": report.student_agreement,
@@ -813,7 +828,7 @@ def run_job(settings: Settings, opts: TrainOptions, job: Job, *, progress=None) 
     if job.rollback:
         return {"outcome": "rolled-back", **rollback(settings)}
     if job.export:
-        rows = graded_rows(settings)
+        rows = graded_rows(settings, instance=opts.instance)
         write_jsonl(rows, silver_path())
         return {"outcome": "exported", "path": str(silver_path()), "rows": len(rows)}
     with home_lock("train-reranker") as locked:

@@ -8,12 +8,45 @@ from __future__ import annotations
 from cairn_cli import config
 from cairn_cli.config import Settings
 
+INSTANCE_FILE = "instance-id"
+_instances: dict[str, str] = {}  # home -> its instance id, read once per process
+
+
+def instance_id(settings: Settings) -> str:
+    """The instance that writes through these settings: CAIRN_INSTANCE, else the id made once per CAIRN_HOME
+    (`<host>-<6 hex>`, kept in $CAIRN_HOME/instance-id: a machine's own, never the shared store's)."""
+    if settings.INSTANCE:
+        return settings.INSTANCE
+    home = config.home_dir()
+    if home not in _instances:
+        import os
+        import secrets
+        import socket
+
+        from cairn_cli.files import atomic_write, private_dir
+
+        path = os.path.join(home, INSTANCE_FILE)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                value = fh.read().strip()
+        except FileNotFoundError:
+            value = ""
+        if not value:
+            host = "".join(c if c.isalnum() or c in "-." else "-" for c in socket.gethostname())[:40] or "host"
+            value = f"{host}-{secrets.token_hex(3)}"
+            private_dir(home)
+            atomic_write(path, value + "\n", mode=0o600)
+        _instances[home] = value
+    return _instances[home]
+
 
 def open_stores(settings: Settings, *, create: bool = True) -> None:
     """Bind the memory store and the delivery log. `create=False` (commands that only read): a store that does
-    not exist yet is an error naming it, never a new empty file (a mistyped --db-url must not make a store)."""
+    not exist yet is an error naming it, never a new empty file (a mistyped --db-url must not make a store).
+    Every row written from here on carries this instance's id (`instance_id`)."""
     from cairn_cli.core.store import fulltext
-    from cairn_cli.db import open_db
+    from cairn_cli.db import open_db, tables
 
     open_db(config.memory_db_url(settings.DB_URL), config.ephemeral_db_url(settings.EPHEMERAL_DB_URL), create=create)
+    tables.set_writing_instance(instance_id(settings))
     fulltext.sync_if_behind()  # memories a write did not index (the migration that made the index queues them all)
