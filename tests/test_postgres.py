@@ -190,3 +190,43 @@ def test_the_default_instance_id_is_made_once_per_home_and_kept_private(cairn_ho
     assert path.read_text().strip() == first and (os.stat(path).st_mode & 0o777) == 0o600
     monkeypatch.setenv("CAIRN_INSTANCE", "ci-runner")
     assert instance_id(Settings()) == "ci-runner"
+
+
+@pytest.mark.slow
+def test_two_homes_sharing_a_store_promote_the_ab_once(backend, cli, tmp_path):
+    """Two machines (two CAIRN_HOMEs) share one store and run `cairn ab selfmod` at once: while one holds the
+    store's lock (the PostgreSQL advisory lock; a lock file beside a shared SQLite file) the other does nothing, and
+    once the first has promoted B the second finds the new arms and promotes nothing again."""
+    import os
+    import subprocess
+    import sys
+
+    from cairn_cli import config
+    from cairn_cli.core.experiment import ab, rules
+    from cairn_cli.core.store import state
+    from tests.test_ab import _world
+
+    s = _world([(0.25, 0.75)] * 12)
+    assert ab.evaluate(s).decision == "promote"
+    ab.queue_add("Name the file a memory is about first.", s)  # after the promotion, the next B
+    other = dict(os.environ, CAIRN_HOME=str(tmp_path / "other-home"), CAIRN_INSTANCE="other")
+    other["CAIRN_DB_URL"] = config.memory_db_url(s.DB_URL)
+    other["CAIRN_EPHEMERAL_DB_URL"] = config.ephemeral_db_url(s.EPHEMERAL_DB_URL)
+
+    def selfmod() -> dict:
+        out = subprocess.run(
+            [sys.executable, "-m", "cairn_cli", "ab", "selfmod", "--json"], env=other, capture_output=True, text=True
+        )
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout) if out.stdout.strip() else {"held": out.stderr}
+
+    with ab.selfmod_lock() as locked:
+        assert locked
+        blocked = selfmod()  # the other machine while this one holds the lock
+        assert "held" in blocked and "holds the lock" in blocked["held"]
+        decision = ab.evaluate(s)
+        ab.apply_decision(decision, s, by="test")
+    after = selfmod()
+    assert after["decision"]["decision"] == "continue" and after["applied"] is None
+    assert rules.live(s).version == "gen-2"
+    assert [h["new"] for h in state.describe(rules.VERSION_KEY, s).history] == ["gen-2"]

@@ -349,7 +349,9 @@ def queue_add(instruction: str, settings: Settings) -> list:
 
 
 def selfmod_lock():
-    """One promotion at a time per CAIRN_HOME (cron and an operator may overlap): yields False when held."""
-    from cairn_cli.core.locks import home_lock
+    """One promotion at a time per CAIRN_HOME and, on a shared PostgreSQL store, for every machine sharing it (cron
+    and an operator, or two machines' cron, may overlap): yields False when held. Under it the decision is taken
+    on the arms as they are now, so a second holder finds the promoted arms and promotes nothing again."""
+    from cairn_cli.core.locks import store_lock
 
-    return home_lock("ab-selfmod")
+    return store_lock("ab-selfmod")

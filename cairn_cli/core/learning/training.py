@@ -823,7 +823,7 @@ def run_job(settings: Settings, opts: TrainOptions, job: Job, *, progress=None) 
     """The whole command: one JSON-ready outcome (`outcome` says which: rolled-back | exported | locked | skipped |
     dry-run | deployed | refused | trained). Training runs one at a time per CAIRN_HOME (cron may overlap a slow
     run); with --auto it runs only when enough graded deliveries arrived since the last attempt."""
-    from cairn_cli.core.locks import home_lock
+    from cairn_cli.core.locks import store_lock
 
     if job.rollback:
         return {"outcome": "rolled-back", **rollback(settings)}
@@ -831,7 +831,7 @@ def run_job(settings: Settings, opts: TrainOptions, job: Job, *, progress=None) 
         rows = graded_rows(settings, instance=opts.instance)
         write_jsonl(rows, silver_path())
         return {"outcome": "exported", "path": str(silver_path()), "rows": len(rows)}
-    with home_lock("train-reranker") as locked:
+    with store_lock("train-reranker") as locked:
         if not locked:
             return {"outcome": "locked", "reason": "another train-reranker run holds the lock; nothing done"}
         if job.auto:
