@@ -230,3 +230,60 @@ def test_two_homes_sharing_a_store_promote_the_ab_once(backend, cli, tmp_path):
     assert after["decision"]["decision"] == "continue" and after["applied"] is None
     assert rules.live(s).version == "gen-2"
     assert [h["new"] for h in state.describe(rules.VERSION_KEY, s).history] == ["gen-2"]
+
+
+def test_a_transaction_that_loses_a_deadlock_is_retried_and_both_writers_land(pg_server):
+    """Two writers update the same two rows in opposite orders: PostgreSQL aborts one of them (deadlock detected,
+    40P01). Without a retry that writer's update is lost; under `retry_conflicts` it runs again and both land."""
+    import peewee
+
+    from cairn_cli.db import conflict_code, retry_conflicts
+
+    name = pg_server.create_database("dl").rsplit("/", 1)[1]
+
+    def connect() -> peewee.PostgresqlDatabase:
+        return peewee.PostgresqlDatabase(name, user="postgres", host="127.0.0.1", port=pg_server.port)
+
+    setup = connect()
+    setup.execute_sql("CREATE TABLE counters (id int primary key, n int not null)")
+    setup.execute_sql("INSERT INTO counters VALUES (1, 0), (2, 0)")
+    setup.execute_sql("ALTER DATABASE \"%s\" SET deadlock_timeout = '100ms'" % name)
+    setup.close()
+
+    def race(wrap) -> list[str]:
+        both = threading.Barrier(2)
+        first_try = {0: True, 1: True}
+        failures: list[str] = []
+
+        def writer(i: int) -> None:
+            db = connect()
+            order = (1, 2) if i == 0 else (2, 1)
+
+            def transaction() -> None:
+                with db.atomic():
+                    db.execute_sql("UPDATE counters SET n = n + 1 WHERE id = %s", (order[0],))
+                    if first_try[i]:
+                        first_try[i] = False
+                        both.wait()  # each holds its first row: the second updates cross
+                    db.execute_sql("UPDATE counters SET n = n + 1 WHERE id = %s", (order[1],))
+
+            try:
+                wrap(transaction)
+            except peewee.DatabaseError as exc:
+                failures.append(conflict_code(exc) or str(exc))
+            finally:
+                db.close()
+
+        threads = [threading.Thread(target=writer, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return failures
+
+    assert race(lambda fn: fn()) == ["40P01"]  # without a retry, one writer's transaction is lost
+    assert race(retry_conflicts) == []
+    check = connect()
+    counts = check.execute_sql("SELECT n FROM counters ORDER BY id").fetchall()
+    check.close()
+    assert counts == [(3,), (3,)]  # 1 + 2 per row: the lost transaction of the first race, both of the second

@@ -70,6 +70,36 @@ def _open_one(kind: str, url: str, proxy: peewee.DatabaseProxy, registry, *, cre
     return db
 
 
+RETRY_PGCODES = {"40001": "serialization failure", "40P01": "deadlock detected"}
+
+
+def conflict_code(exc: BaseException) -> str | None:
+    """The PostgreSQL error code of a transaction that lost a conflict with another (worth retrying), else None."""
+    for cause in (exc.args[0] if exc.args else None, exc.__cause__, exc.__context__):
+        code = getattr(cause, "pgcode", None)
+        if code in RETRY_PGCODES:
+            return code
+    return None
+
+
+def retry_conflicts(fn, *, attempts: int = 5, sleep=None):
+    """fn() (one whole transaction), run again when PostgreSQL aborts it for a conflict with another writer (a
+    serialization failure or a deadlock: the transaction was rolled back, nothing of it was written); other
+    errors, and the last attempt's, go through. Backoff 50 ms, 100 ms, ... with jitter."""
+    import random
+    import time
+
+    sleep = sleep or time.sleep
+    for attempt in range(attempts):
+        try:
+            return fn()
+        except peewee.DatabaseError as exc:
+            if attempt == attempts - 1 or conflict_code(exc) is None:
+                raise
+            sleep(0.05 * (2**attempt) * (0.5 + random.random()))
+    raise AssertionError("unreachable")
+
+
 def safe_url(url: str) -> str:
     """The URL as it may be printed or logged: a password replaced by ***."""
     parsed = urlparse(url)

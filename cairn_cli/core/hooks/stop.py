@@ -97,7 +97,12 @@ def apply_stop(payload: HookPayload, settings: Settings, *, embed_with_model, em
     delivered = turn_memories(payload.session_id, turn) if turn is not None else []
     decisions, notes = engagement_decisions(delivered, text, data.get("prompt") or "", settings, embed)
     report.notes.extend(notes)
-    _write(payload.session_id, row, turn, cm, decisions, digest, source_ref, embedder, settings, report)
+    from cairn_cli.db import retry_conflicts
+
+    # many machines' Stops write to one PostgreSQL store at once: a transaction that loses a conflict is retried
+    retry_conflicts(
+        lambda: _write(payload.session_id, row, turn, cm, decisions, digest, source_ref, embedder, settings, report)
+    )
     return report
 
 

@@ -1,0 +1,99 @@
+"""One team, one PostgreSQL store: two instances (two CAIRN_HOMEs, two daemons) whose hooks write at once."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tests.conftest import EXAMPLES
+
+CAIRN = [sys.executable, "-m", "cairn_cli"]
+SESSIONS, PROMPTS = 8, 25
+QUESTIONS = [
+    "how should prices be stored for the checkout?",
+    "the integration tests fail with connection refused",
+    "where do deploys run from?",
+    "which python version does the project use?",
+    "how do I run the linter?",
+]
+SHOWN = re.compile(r'<memory id="(\d+)"')
+
+
+@pytest.mark.slow
+def test_two_instances_hooks_at_once_every_delivery_and_grade_lands_exactly_once(pg_server, tmp_path):
+    from cairn_cli import db
+    from cairn_cli.config import Settings
+    from cairn_cli.core.store import open_stores
+
+    mem, eph = pg_server.create_database("team_mem"), pg_server.create_database("team_eph")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
+    base.update(
+        CAIRN_DB_URL=mem,
+        CAIRN_EPHEMERAL_DB_URL=eph,
+        CAIRN_EMBED_MODEL="hashing",
+        CAIRN_DAEMON="auto",
+        CAIRN_DAEMON_TIMEOUT_MS="60000",  # a loaded 2-core machine: wait for the daemon, never fall back
+        CAIRN_COMPOSITE_FLOOR="off",
+        CAIRN_HOOK_SCOPE="webshop",
+    )
+    envs = {name: dict(base, CAIRN_HOME=str(tmp_path / name), CAIRN_INSTANCE=name) for name in ("alice", "bob")}
+
+    def cairn(env: dict, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+        out = subprocess.run([*CAIRN, *args], env=env, input=stdin, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        return out
+
+    cairn(envs["alice"], "memory", "import", str(EXAMPLES))
+    for env in envs.values():
+        cairn(env, "daemon", "start", "--wait", "120")
+
+    def session(instance: str, k: int) -> list[int]:
+        """25 prompts of one Claude Code session, each followed by its Stop grading what was shown; the counts
+        shown per prompt."""
+        env, sid, shown = envs[instance], f"{instance}-s{k}", []
+        for i in range(PROMPTS):
+            payload = {"hook_event_name": "UserPromptSubmit", "session_id": sid, "cwd": "/w/webshop"}
+            out = cairn(env, "hook", "prompt", stdin=json.dumps({**payload, "prompt": QUESTIONS[(i + k) % 5]}))
+            ids = [int(x) for x in SHOWN.findall(out.stdout)]
+            shown.append(len(ids))
+            grades = [f"{m}:{3 if j == 0 else 0}" for j, m in enumerate(ids)]
+            message = f"Answer {i}.\n[cm]{json.dumps({'rg': grades})}[/cm]"
+            stop = {"hook_event_name": "Stop", "session_id": sid, "last_assistant_message": message}
+            cairn(env, "hook", "stop", stdin=json.dumps(stop))
+        return shown
+
+    try:
+        with ThreadPoolExecutor(max_workers=2 * SESSIONS) as pool:
+            jobs = {(name, k): pool.submit(session, name, k) for name in envs for k in range(SESSIONS)}
+            shown = {key: job.result() for key, job in jobs.items()}
+    finally:
+        for env in envs.values():
+            subprocess.run([*CAIRN, "daemon", "stop"], env=env, capture_output=True, timeout=120)
+
+    for name in envs:  # the hooks never failed quietly
+        log = (tmp_path / name / "logs" / "hook.log").read_text()
+        assert " error:" not in log, log[-2000:]
+    db.close_all()
+    open_stores(Settings(DB_URL=mem, EPHEMERAL_DB_URL=eph))
+    from cairn_cli.db.tables import HookState, MemoryDelivery
+
+    rows = list(MemoryDelivery.select())
+    keys = [(r.session_id, r.turn, r.memory_id) for r in rows]
+    assert len(keys) == len(set(keys))  # no delivery twice
+    for name in envs:
+        mine = [r for r in rows if r.instance == name]
+        assert len(mine) == sum(sum(v) for (who, _), v in shown.items() if who == name) > 0  # none lost
+        assert all(r.grade is not None for r in mine)  # every grade landed
+        assert {r.session_id for r in mine} == {f"{name}-s{k}" for k in range(SESSIONS)}
+        turns = HookState.select().where(HookState.instance == name).count()
+        assert turns == SESSIONS * PROMPTS
+    per = {r["instance"]: r for r in json.loads(cairn(envs["bob"], "stats", "instances", "--json").stdout)}
+    assert per["alice"]["prompts"] == per["bob"]["prompts"] == SESSIONS * PROMPTS
+    assert per["alice"]["graded"] + per["bob"]["graded"] == len(rows)
+    db.close_all()
