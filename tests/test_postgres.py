@@ -247,7 +247,7 @@ def test_a_transaction_that_loses_a_deadlock_is_retried_and_both_writers_land(pg
     setup = connect()
     setup.execute_sql("CREATE TABLE counters (id int primary key, n int not null)")
     setup.execute_sql("INSERT INTO counters VALUES (1, 0), (2, 0)")
-    setup.execute_sql("ALTER DATABASE \"%s\" SET deadlock_timeout = '100ms'" % name)
+    setup.execute_sql(f"ALTER DATABASE \"{name}\" SET deadlock_timeout = '100ms'")
     setup.close()
 
     def race(wrap) -> list[str]:
