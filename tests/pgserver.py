@@ -69,8 +69,7 @@ class PgServer:
             shutil.chown(self.root, "postgres", "postgres")
             shutil.chown(self.sock, "postgres", "postgres")
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8")
-        options = f"-k {self.sock} -p {self.port} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options, "-w", "-t", "120", "start")
+        self.start_server()
         return self
 
     def stop(self) -> None:
@@ -80,8 +79,11 @@ class PgServer:
             pass
         shutil.rmtree(self.root, ignore_errors=True)
 
-    def restart(self) -> None:
+    def stop_server(self) -> None:
+        """Stop the server, keeping its data (start_server brings it back on the same port)."""
         self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def start_server(self) -> None:
         options = f"-k {self.sock} -p {self.port} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options, "-w", "-t", "120", "start")
 

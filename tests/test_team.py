@@ -97,3 +97,49 @@ def test_two_instances_hooks_at_once_every_delivery_and_grade_lands_exactly_once
     assert per["alice"]["prompts"] == per["bob"]["prompts"] == SESSIONS * PROMPTS
     assert per["alice"]["graded"] + per["bob"]["graded"] == len(rows)
     db.close_all()
+
+
+@pytest.mark.slow
+def test_hooks_fail_open_while_the_server_restarts_and_recover_when_it_is_back(pg_server, tmp_path):
+    """The team's PostgreSQL restarts under a running daemon: prompts go through without memories (hook exit 0,
+    the failure in hook.log), a Stop meanwhile writes nothing half, and once the server is back the same daemon
+    ranks and logs again."""
+    mem, eph = pg_server.create_database("fault_mem"), pg_server.create_database("fault_eph")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
+    env.update(
+        CAIRN_HOME=str(tmp_path / "home"),
+        CAIRN_DB_URL=mem,
+        CAIRN_EPHEMERAL_DB_URL=eph,
+        CAIRN_EMBED_MODEL="hashing",
+        CAIRN_DAEMON="auto",
+        CAIRN_DAEMON_TIMEOUT_MS="60000",
+        CAIRN_COMPOSITE_FLOOR="off",
+        CAIRN_HOOK_SCOPE="webshop",
+    )
+
+    def cairn(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([*CAIRN, *args], env=env, input=stdin, capture_output=True, text=True, timeout=300)
+
+    def prompt(sid: str) -> subprocess.CompletedProcess:
+        payload = {"hook_event_name": "UserPromptSubmit", "session_id": sid, "cwd": "/w/webshop"}
+        return cairn("hook", "prompt", stdin=json.dumps({**payload, "prompt": QUESTIONS[0]}))
+
+    assert cairn("memory", "import", str(EXAMPLES)).returncode == 0
+    assert cairn("daemon", "start", "--wait", "120").returncode == 0
+    try:
+        assert SHOWN.findall(prompt("before").stdout)
+        pg_server.stop_server()
+        down = prompt("during")
+        assert down.returncode == 0 and down.stdout == ""  # fails open: the prompt goes through, no memories
+        stop = {"hook_event_name": "Stop", "session_id": "before", "last_assistant_message": "x [cm]{}[/cm]"}
+        assert cairn("hook", "stop", stdin=json.dumps(stop)).returncode == 0
+        log = (tmp_path / "home" / "logs" / "hook.log").read_text()
+        assert "prompt error" in log and "stop error" in log
+        pg_server.start_server()
+        back = prompt("after")
+        assert back.returncode == 0 and SHOWN.findall(back.stdout)  # the same daemon ranks again
+        listed = json.loads(cairn("deliveries", "--json").stdout)
+        assert {d["session_id"] for d in listed} == {"before", "after"}  # nothing of the prompt made while down
+        assert {d["ranker"] for d in listed if d["session_id"] == "after"} == {"cairn"}  # the daemon, not a fallback
+    finally:
+        cairn("daemon", "stop")
