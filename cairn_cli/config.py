@@ -32,6 +32,12 @@ _SETTINGS = [
     Setting("DB_URL", "", str, "Memory store URL (sqlite:///path or postgresql://...); default $CAIRN_HOME/memory.db."),
     Setting("EPHEMERAL_DB_URL", "", str, "Deliveries/hook-state URL; default $CAIRN_HOME/ephemeral.db."),
     Setting(
+        "DB_LOCK_TIMEOUT_MS",
+        3000,
+        int,
+        "PostgreSQL: the longest a statement waits for a lock another instance holds, then fails (0: forever).",
+    ),
+    Setting(
         "EMBED_MODEL",
         "all-MiniLM-L6-v2",
         str,

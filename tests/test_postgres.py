@@ -287,3 +287,44 @@ def test_a_transaction_that_loses_a_deadlock_is_retried_and_both_writers_land(pg
     counts = check.execute_sql("SELECT n FROM counters ORDER BY id").fetchall()
     check.close()
     assert counts == [(3,), (3,)]  # 1 + 2 per row: the lost transaction of the first race, both of the second
+
+
+def test_another_instances_long_transaction_never_hangs_a_stop(pg_server, cli, monkeypatch, tmp_path):
+    """Another instance holds a memory's row lock in a long transaction: the Stop that corroborates that memory
+    waits CAIRN_DB_LOCK_TIMEOUT_MS at most, fails open (exit 0, logged), writes nothing of its turn, and applies
+    in full when the Stop runs again after the other transaction ended."""
+    import psycopg2
+
+    from cairn_cli import db
+    from cairn_cli.commands import _common
+    from cairn_cli.core.store import open_stores
+    from cairn_cli.db.tables import Memory, MemoryDelivery
+
+    mem, eph = pg_server.create_database("long_mem"), pg_server.create_database("long_eph")
+    monkeypatch.setenv("CAIRN_DB_URL", mem)
+    monkeypatch.setenv("CAIRN_EPHEMERAL_DB_URL", eph)
+    monkeypatch.setenv("CAIRN_DB_LOCK_TIMEOUT_MS", "200")
+    db.close_all()
+    _common._globals.clear()
+    open_stores(Settings())
+    assert cli("memory", "import", EXAMPLES).exit_code == 0
+    _prompt("s1", "how should prices be stored for the checkout?", None)
+    shown = [d.memory_id for d in MemoryDelivery.select().where(MemoryDelivery.session_id == "s1")]
+    target = shown[0]
+    before = Memory.get_by_id(target).corroborations
+    message = f"Cents.\n[cm]{json.dumps({'rg': [f'{m}:2' for m in shown], 'cu': [target]})}[/cm]"
+    other = psycopg2.connect(mem.replace("postgresql://", "postgres://"))
+    try:
+        cur = other.cursor()
+        cur.execute("SELECT id FROM memories WHERE id = %s FOR UPDATE", (target,))  # held: the transaction stays open
+        _stop("s1", message)
+    finally:
+        other.rollback()
+        other.close()
+    log = (tmp_path / "home" / "logs" / "hook.log").read_text()
+    assert "stop error" in log and "lock timeout" in log
+    assert Memory.get_by_id(target).corroborations == before  # nothing of the turn was written
+    assert all(d.grade is None for d in MemoryDelivery.select().where(MemoryDelivery.session_id == "s1"))
+    _stop("s1", message)  # the other transaction is over: the Stop applies in full
+    assert Memory.get_by_id(target).corroborations == before + 1
+    assert all(d.grade == 2 for d in MemoryDelivery.select().where(MemoryDelivery.session_id == "s1"))

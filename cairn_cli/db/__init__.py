@@ -41,12 +41,17 @@ def _connect(kind: str, url: str, *, create: bool) -> peewee.Database:
             import psycopg2  # noqa: F401
         except ImportError:
             raise MissingDependency("PostgreSQL URLs need psycopg2", "pip install 'cairn_cli[postgres]'") from None
+        from cairn_cli import config
+
+        # another instance's long transaction must not hang a hook: a statement waits this long for a lock at most
+        wait_ms = int(config.get("DB_LOCK_TIMEOUT_MS"))
         return peewee.PostgresqlDatabase(
             (parsed.path or "/").lstrip("/") or "postgres",
             user=unquote(parsed.username) if parsed.username else None,
             password=unquote(parsed.password) if parsed.password else None,
             host=parsed.hostname or "127.0.0.1",
             port=parsed.port or 5432,
+            options=f"-c lock_timeout={wait_ms}",
         )
     raise ConfigError(f"unsupported database URL {url!r}", "use sqlite:///path or postgresql://user@host/db")
 
