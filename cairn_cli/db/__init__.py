@@ -44,7 +44,7 @@ def _connect(kind: str, url: str, *, create: bool) -> peewee.Database:
         from cairn_cli import config
 
         # another instance's long transaction must not hang a hook: a statement waits this long for a lock at most
-        wait_ms = int(config.get("DB_LOCK_TIMEOUT_MS"))
+        wait_ms = int(str(config.get("DB_LOCK_TIMEOUT_MS")))
         return peewee.PostgresqlDatabase(
             (parsed.path or "/").lstrip("/") or "postgres",
             user=unquote(parsed.username) if parsed.username else None,
