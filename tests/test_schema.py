@@ -69,6 +69,8 @@ MEMORY_SCHEMA = {
         "created_at",
     ],
     "replay_runs": ["id", "status", "config", "sent", "report", "created_at", "updated_at"],
+    # the team's deployed students (migration 0008, core/learning/shared.py)
+    "student_versions": ["name", "checksum", "size", "blob", "card", "instance", "published_at"],
 }
 EPHEMERAL_SCHEMA = {
     "cairn_migrations": ["name", "applied_at"],
@@ -162,6 +164,7 @@ def test_migrations_are_recorded_in_order_and_applied_once(tmp_path):
         "0005_memories_fulltext",
         "0006_replay",
         "0007_memories_instance",
+        "0008_student_versions",
     ]
     assert migrations.apply_pending(database, migrations.MEMORY_MIGRATIONS) == names
     assert migrations.apply_pending(database, migrations.MEMORY_MIGRATIONS) == []

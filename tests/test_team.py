@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -143,3 +144,78 @@ def test_hooks_fail_open_while_the_server_restarts_and_recover_when_it_is_back(p
         assert {d["ranker"] for d in listed if d["session_id"] == "after"} == {"cairn"}  # the daemon, not a fallback
     finally:
         cairn("daemon", "stop")
+
+
+@pytest.mark.slow
+def test_a_student_published_by_one_instance_is_installed_by_the_others_daemon(pg_server, tmp_path, monkeypatch):
+    """Alice's machine deploys a student trained on the pool: it is published to the shared store with its checksum,
+    and Bob's running daemon installs it (checksum verified) and ranks with it, without a restart. A published
+    version whose bytes do not match its checksum is never deployed: Bob keeps his model and says why."""
+    from cairn_cli import config, db
+    from cairn_cli.config import Settings
+    from cairn_cli.core.learning import shared, training
+    from cairn_cli.core.store import open_stores, state
+    from cairn_cli.db.tables import StudentVersion
+    from cairn_cli.ml.training import CrossEncoderModel, bundled_base
+    from tests.test_daemon import wait_for
+
+    mem, eph = pg_server.create_database("stu_mem"), pg_server.create_database("stu_eph")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
+    base.update(
+        CAIRN_DB_URL=mem,
+        CAIRN_EPHEMERAL_DB_URL=eph,
+        CAIRN_EMBED_MODEL="hashing",
+        CAIRN_DAEMON="auto",
+        CAIRN_DAEMON_TIMEOUT_MS="60000",
+        CAIRN_COMPOSITE_FLOOR="off",
+        CAIRN_RERANK_BUDGET_MS="60000",  # a plan that never skips on a loaded machine: speed is benched
+        HF_HUB_CACHE=str(tmp_path / "hf-empty"),  # no user's cross-encoder: Bob starts with none
+    )
+    bob = dict(base, CAIRN_HOME=str(tmp_path / "bob"), CAIRN_INSTANCE="bob")
+
+    def cairn(*args: str) -> subprocess.CompletedProcess:
+        out = subprocess.run([*CAIRN, *args], env=bob, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        return out
+
+    def ranked_by() -> str:
+        out = cairn("rank", "how should prices be stored?", "--scope", "webshop", "--json", "--no-log")
+        return json.loads(out.stdout)["reranker_model"]
+
+    cairn("memory", "import", str(EXAMPLES))
+    cairn("daemon", "start", "--wait", "180")
+    try:
+        assert ranked_by() == "none"
+        # Alice's machine: a student deployed locally, then published (what train-reranker does on a shared store)
+        for key, value in {**base, "CAIRN_HOME": str(tmp_path / "alice"), "CAIRN_INSTANCE": "alice"}.items():
+            monkeypatch.setenv(key, value)
+        db.close_all()
+        s = Settings()
+        open_stores(s)
+        live = config.student_path()
+        version = training.new_version_dir(live)
+        CrossEncoderModel(bundled_base(), max_length=64).save(version)
+        training.deploy(version, live)
+        state.put(training.DEPLOY_KEY, {"version": str(version)}, s, by="test", reason="alice deployed")
+        published = shared.publish(version, s)
+        assert published and StudentVersion.get_by_id(version.name).checksum == published["checksum"]
+        mine = tmp_path / "bob" / "training_data" / "reranker-student.versions" / version.name
+        wait_for(lambda: ranked_by() == f"student:{mine}", "Bob's daemon ranking with Alice's student", timeout=300)
+        # a corrupt publication: the bytes no longer match the published checksum
+        broken = training.new_version_dir(live)
+        shutil.copytree(version, broken)
+        shared.publish(broken, s)
+        StudentVersion.update(blob=b"not a tar").where(StudentVersion.name == broken.name).execute()
+        warned = wait_for(
+            lambda: (
+                [w for w in json.loads(cairn("daemon", "status", "--json").stdout)["warnings"] if broken.name in w]
+                or (ranked_by() and None)
+            ),
+            "Bob's daemon refusing the corrupt version",
+            timeout=120,
+        )
+        assert "checksum does not match" in warned[0]
+        assert ranked_by() == f"student:{mine}"  # still Alice's first student
+    finally:
+        subprocess.run([*CAIRN, "daemon", "stop"], env=bob, capture_output=True, timeout=120)
+        db.close_all()

@@ -70,6 +70,8 @@ class Daemon:
         self.engine = None
         self.reranker_sig = None
         self.loading_sig = None
+        self.refused_students: set[str] = set()  # the team's student versions that could not be installed here
+        self.student_warning: str | None = None
         self.state = "loading"
         self.server = None
         self.socket_id: tuple[int, int] | None = None  # (st_dev, st_ino) of the socket we bound
@@ -100,8 +102,13 @@ class Daemon:
         """Resolve the reranker for this request's settings; when it (or the student on disk) changed, load the new
         one in the background and keep ranking with the current one until it is ready, so that a deployment never
         makes a prompt wait for a model load (`wait`: load now, at start-up)."""
+        from cairn_cli.core.learning import shared
         from cairn_cli.core.ranking.reranking import resolve
 
+        note = shared.sync(settings, refused=self.refused_students) if shared.shared_store() else None
+        if note:  # the team's student: installed (resolved below), or why not
+            self.log(note)
+            self.student_warning = note if "not installed" in note else None
         resolution = resolve(settings)
         stamp = None
         if resolution.path is not None:
@@ -274,7 +281,7 @@ class Daemon:
             "reranker_max_length": getattr(eng.reranker, "max_length", None) if eng else None,
             "rerank_plan": getattr(eng.reranker, "plan", None) if eng else None,
             "torch_threads": _torch_threads(),
-            "warnings": list(eng.warnings) if eng else [],
+            "warnings": (list(eng.warnings) if eng else []) + ([self.student_warning] if self.student_warning else []),
             "socket": str(socket_path(self.home)),
         }
 

@@ -397,6 +397,24 @@ def _deliveries_instance(db: peewee.Database) -> None:
     _instance_column("hook_state")(db)
 
 
+def _student_versions(db: peewee.Database) -> None:
+    """The deployed students, published to a store several machines share: each instance's daemon installs the
+    one machine state names from here (checksum verified), as a local deploy."""
+    _create(
+        db,
+        "student_versions",
+        {
+            "name": peewee.CharField(max_length=200, primary_key=True),
+            "checksum": peewee.CharField(max_length=64),
+            "size": peewee.BigIntegerField(),
+            "blob": peewee.BlobField(),
+            "card": JSONField(),
+            "instance": peewee.CharField(max_length=100, null=True),
+            "published_at": peewee.DateTimeField(),
+        },
+    )
+
+
 MEMORY_MIGRATIONS: list[Migration] = [
     ("0001_memories", _memories_v1),
     ("0002_machine_state", _machine_state_v1),
@@ -405,6 +423,7 @@ MEMORY_MIGRATIONS: list[Migration] = [
     ("0005_memories_fulltext", _memories_fulltext),
     ("0006_replay", _replay),
     ("0007_memories_instance", _instance_column("memories")),
+    ("0008_student_versions", _student_versions),
 ]
 EPHEMERAL_MIGRATIONS: list[Migration] = [
     ("0001_memory_deliveries", _deliveries_v1),

@@ -119,6 +119,21 @@ class ReplayRun(_MemoryBase):
         table_name = "replay_runs"
 
 
+class StudentVersion(_MemoryBase):
+    """A deployed student published to a shared store: its version directory as a tar, and the tar's sha256."""
+
+    name = peewee.CharField(max_length=200, primary_key=True)
+    checksum = peewee.CharField(max_length=64)
+    size = peewee.BigIntegerField()
+    blob = peewee.BlobField()
+    card = JSONField()
+    instance = peewee.CharField(max_length=100, null=True, default=writing_instance)
+    published_at = peewee.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "student_versions"
+
+
 class MemoryDelivery(_EphemeralBase):
     id = peewee.AutoField()  # peewee's implicit key, spelled out for type checkers
     session_id = peewee.CharField(max_length=200, index=True)

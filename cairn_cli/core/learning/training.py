@@ -740,6 +740,9 @@ def _deploy_student(model, settings: Settings, report: TrainReport) -> None:
         by="cairn train-reranker",
         reason=report.reason,
     )
+    from cairn_cli.core.learning import shared
+
+    shared.publish(version, settings)  # a store machines share: every instance's daemon installs it
 
 
 def _card(report: TrainReport) -> dict:

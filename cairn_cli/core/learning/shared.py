@@ -1,0 +1,123 @@
+"""The student of a team: trained on one machine from the pooled labels, deployed to every machine sharing the store.
+
+`publish` (after a local deploy, when the memory store is PostgreSQL: a store machines share) writes the version
+directory as a tar into `student_versions` with its sha256, and names it in the deployed-student state. `sync`
+(each daemon, before it resolves its reranker) installs the version that state names when this machine does not
+run it yet: the tar is read from the store, its checksum verified, unpacked into a new local version directory and
+deployed by the same atomic symlink swap as a local deploy, so the daemon picks it up as it picks up its own. A
+version that cannot be installed (a checksum that does not match, a broken tar) is never deployed: the machine
+keeps its current model and says why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import shutil
+import tarfile
+from pathlib import Path
+
+from cairn_cli import config
+from cairn_cli.config import Settings
+from cairn_cli.core.store import state
+
+SHARED_KEY = "published"  # inside the deployed-student state: {"name", "checksum", "size"}
+
+
+def shared_store() -> bool:
+    """The memory store is one machines share (PostgreSQL)."""
+    import peewee
+
+    from cairn_cli.db.tables import memory_proxy
+
+    return isinstance(memory_proxy.obj, peewee.PostgresqlDatabase)
+
+
+def _tar(directory: Path) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for path in sorted(directory.rglob("*")):
+            if path.is_file():
+                tar.add(path, arcname=str(path.relative_to(directory)))
+    return buf.getvalue()
+
+
+def publish(version: Path, settings: Settings, *, force: bool = False) -> dict | None:
+    """Write the deployed `version` directory to the shared store and name it in the deployed-student state;
+    None (nothing done) when the store is this machine's own, unless `force`."""
+    from cairn_cli.core.learning.training import DEPLOY_KEY
+    from cairn_cli.db.tables import StudentVersion, memory_proxy
+
+    if not (force or shared_store()):
+        return None
+    blob = _tar(version)
+    published = {"name": version.name, "checksum": hashlib.sha256(blob).hexdigest(), "size": len(blob)}
+    card = {}
+    card_path = version / "model_card.json"
+    if card_path.is_file():
+        import json
+
+        card = json.loads(card_path.read_text())
+    with memory_proxy.atomic():
+        StudentVersion.delete().where(StudentVersion.name == published["name"]).execute()  # a re-publication
+        StudentVersion.insert(
+            name=published["name"], checksum=published["checksum"], size=published["size"], blob=blob, card=card
+        ).execute()
+        current = dict(state.get(DEPLOY_KEY, settings) or {})
+        current[SHARED_KEY] = published
+        state.put(DEPLOY_KEY, current, settings, by="cairn train-reranker", reason=f"published {version.name}")
+    return published
+
+
+def sync(settings: Settings, *, refused: set[str] | None = None) -> str | None:
+    """Install and deploy the published student this machine does not run yet. Returns what happened (a line for
+    the daemon's log and status), or None when there is nothing to do. `refused`: versions this process found
+    broken already (not fetched again)."""
+    from cairn_cli.core.learning.training import DEPLOY_KEY, deploy, versions_dir
+    from cairn_cli.db.tables import StudentVersion
+
+    published = (state.get(DEPLOY_KEY, settings) or {}).get(SHARED_KEY)
+    if not published or not isinstance(published, dict):
+        return None
+    name = str(published.get("name") or "")
+    live = config.student_path(settings.CROSS_ENCODER_STUDENT_PATH)
+    if not name or (live.is_symlink() and live.resolve().name == name) or name in (refused or set()):
+        return None
+    target = versions_dir(live) / name
+    if not target.is_dir():
+        row = StudentVersion.get_or_none(StudentVersion.name == name)
+        why = None
+        if row is None:
+            why = "it is not in the store"
+        else:
+            blob = bytes(row.blob)
+            if hashlib.sha256(blob).hexdigest() != published.get("checksum"):
+                why = "its checksum does not match the published one"
+        if why is None:
+            why = _unpack(blob, target)
+        if why:
+            if refused is not None:
+                refused.add(name)
+            return f"the team's student {name} was not installed ({why}); keeping the current model"
+    deploy(target, live)
+    return f"installed the team's student {name} (checksum verified)"
+
+
+def _unpack(blob: bytes, target: Path) -> str | None:
+    """Unpack into `target` via a temporary sibling and one rename; why not, or None."""
+    from cairn_cli.files import private_dir
+
+    private_dir(target.parent)
+    tmp = target.parent / f".{target.name}.{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        with tarfile.open(fileobj=io.BytesIO(blob), mode="r") as tar:
+            tar.extractall(tmp, filter="data")  # no absolute paths, no links out of the directory
+        if not (tmp / "config.json").is_file():
+            raise tarfile.TarError("no config.json: not a model directory")
+        os.replace(tmp, target)
+    except (tarfile.TarError, OSError, ValueError) as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        return f"it cannot be unpacked: {exc}"
+    return None
