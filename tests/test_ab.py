@@ -11,6 +11,9 @@ from cairn_cli.core.experiment import ab, rules
 from cairn_cli.core.store import deliveries, state
 from cairn_cli.core.store.memories import MemoryInput, add_memories
 
+# storage-facing: every test here runs on SQLite and on PostgreSQL (tests/conftest.py `backend`)
+pytestmark = pytest.mark.usefixtures("backend")
+
 
 def test_arms_are_drawn_per_prompt_seeded_and_never_for_subagents():
     s = Settings()

@@ -20,6 +20,9 @@ from cairn_cli.core.store import deliveries, state
 from cairn_cli.errors import InvalidInput
 from cairn_cli.ml.reranker import MSMARCO
 
+# storage-facing: every test here runs on SQLite and on PostgreSQL (tests/conftest.py `backend`)
+pytestmark = pytest.mark.usefixtures("backend")
+
 # Hand-built grades: 19 of the 20 grade-3 scores are >= 2.0, so keep 0.95 gives exactly 2.0.
 HAND = {
     3: [float(i) for i in range(1, 21)],

@@ -16,6 +16,9 @@ from cairn_cli.core import stats
 from cairn_cli.core.store import memories
 from cairn_cli.core.store.memories import MemoryInput, add_memories, import_jsonl
 
+# storage-facing: every test here runs on SQLite and on PostgreSQL (tests/conftest.py `backend`)
+pytestmark = pytest.mark.usefixtures("backend")
+
 DIM = 8
 
 

@@ -19,6 +19,9 @@ from cairn_cli.core.store import deliveries
 from cairn_cli.core.text import term_set
 from tests.conftest import EXAMPLES
 
+# storage-facing: every test here runs on SQLite and on PostgreSQL (tests/conftest.py `backend`)
+pytestmark = pytest.mark.usefixtures("backend")
+
 MEM = MemoryText(
     1,
     "The webshop test suite needs a running PostgreSQL: start it with `make db-up` before `pytest`.",

@@ -13,6 +13,9 @@ from cairn_cli.core.ranking.pipeline import explored
 from cairn_cli.core.store import deliveries
 from cairn_cli.errors import InvalidInput
 
+# storage-facing: every test here runs on SQLite and on PostgreSQL (tests/conftest.py `backend`)
+pytestmark = pytest.mark.usefixtures("backend")
+
 
 def _ranked(n: int) -> list[Scored]:
     now = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)

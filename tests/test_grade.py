@@ -1,10 +1,14 @@
 """`cairn grade`: rg grades land on that turn's deliveries, undelivered ids are rejected, cu / -! apply once."""
 
 import orjson
+import pytest
 
 from cairn_cli.config import Settings
 from cairn_cli.core.store import deliveries, memories
 from tests.conftest import EXAMPLES
+
+# storage-facing: every test here runs on SQLite and on PostgreSQL (tests/conftest.py `backend`)
+pytestmark = pytest.mark.usefixtures("backend")
 
 
 def _rank(cli, session="g1"):

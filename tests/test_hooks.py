@@ -16,6 +16,9 @@ from cairn_cli.core.store import deliveries, memories
 from cairn_cli.errors import InvalidInput
 from tests.conftest import EXAMPLES, ROOT
 
+# storage-facing: every test here runs on SQLite and on PostgreSQL (tests/conftest.py `backend`)
+pytestmark = pytest.mark.usefixtures("backend")
+
 
 def prompt_payload(prompt="integration tests fail with connection refused on port 5433", **extra):
     return json.dumps(

@@ -13,6 +13,9 @@ from cairn_cli.core.labels.cm import parse_cm
 from cairn_cli.core.store import deliveries, memories
 from tests.conftest import EXAMPLES
 
+# storage-facing: every test here runs on SQLite and on PostgreSQL (tests/conftest.py `backend`)
+pytestmark = pytest.mark.usefixtures("backend")
+
 
 def _prompt(capsys, session="r1", prompt="integration tests fail with connection refused on port 5433"):
     raw = json.dumps(

@@ -7,6 +7,9 @@ from cairn_cli.config import Settings
 from cairn_cli.core.store import memories
 from cairn_cli.errors import InvalidInput, NotFound
 
+# storage-facing: every test here runs on SQLite and on PostgreSQL (tests/conftest.py `backend`)
+pytestmark = pytest.mark.usefixtures("backend")
+
 
 def _add(content, **kw):
     return memories.add_memories([memories.validate_entry({"content": content, **kw})], Settings())[0]

@@ -1,10 +1,14 @@
 """`cairn rank` end to end through the CLI: injection block, delivery provenance, turns, --json, --no-log."""
 
 import orjson
+import pytest
 
 from cairn_cli.config import Settings
 from cairn_cli.core.store import deliveries
 from tests.conftest import EXAMPLES
+
+# storage-facing: every test here runs on SQLite and on PostgreSQL (tests/conftest.py `backend`)
+pytestmark = pytest.mark.usefixtures("backend")
 
 
 def _load(cli):

@@ -1,5 +1,10 @@
+import pytest
+
 from cairn_cli.config import Settings
 from cairn_cli.core.store import state
+
+# storage-facing: every test here runs on SQLite and on PostgreSQL (tests/conftest.py `backend`)
+pytestmark = pytest.mark.usefixtures("backend")
 
 
 def test_machine_state_keeps_an_audit_trail_and_is_idempotent():

@@ -18,6 +18,9 @@ from cairn_cli.core.store import deliveries, state
 from cairn_cli.core.store.memories import MemoryInput, add_memories
 from cairn_cli.ml.reranker import MSMARCO
 
+# storage-facing: every test here runs on SQLite and on PostgreSQL (tests/conftest.py `backend`)
+pytestmark = pytest.mark.usefixtures("backend")
+
 JAN1, MAR1 = dt.datetime(2024, 1, 1, 12), dt.datetime(2024, 3, 1, 12)
 JAN2, JAN3, MAR2 = dt.datetime(2024, 1, 2, 9), dt.datetime(2024, 1, 3, 9), dt.datetime(2024, 3, 2, 9)
 
