@@ -230,6 +230,16 @@ def test_two_homes_sharing_a_store_promote_the_ab_once(backend, cli, tmp_path):
     assert after["decision"]["decision"] == "continue" and after["applied"] is None
     assert rules.live(s).version == "gen-2"
     assert [h["new"] for h in state.describe(rules.VERSION_KEY, s).history] == ["gen-2"]
+    # the other machine's next prompt gets the team's new rules
+    payload = {"hook_event_name": "UserPromptSubmit", "session_id": "o1", "prompt": "prices?", "cwd": "/w/webshop"}
+    shown = subprocess.run(
+        [sys.executable, "-m", "cairn_cli", "hook", "prompt"],
+        env={**other, "CAIRN_DAEMON": "off"},
+        input=json.dumps(payload),
+        capture_output=True,
+        text=True,
+    )
+    assert '<cairn-rules version="gen-2">' in shown.stdout
 
 
 def test_a_transaction_that_loses_a_deadlock_is_retried_and_both_writers_land(pg_server):
