@@ -117,7 +117,7 @@ def test_two_instances_migrating_one_postgres_store_at_once_apply_each_migration
     assert sorted(rows) == [(n, 1) for n in every]
 
 
-def test_a_refused_connection_is_one_line_naming_the_host_and_never_the_password(cli, monkeypatch):
+def test_a_refused_connection_is_one_line_naming_the_host_and_never_the_password(cli, monkeypatch, cairn_home):
     pytest.importorskip("psycopg2")
     with socket.socket() as s:  # a loopback port nothing listens on
         s.bind(("127.0.0.1", 0))
@@ -133,6 +133,13 @@ def test_a_refused_connection_is_one_line_naming_the_host_and_never_the_password
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and f"127.0.0.1:{port}" in lines[0] and "PostgreSQL is running" in lines[0]
     assert "s3cret-pw" not in result.output and "cairn:***@" in result.output
+    # a hook fails open and logs the failure: without the password either
+    from cairn_cli.hook_entry import run_prompt
+
+    payload = {"hook_event_name": "UserPromptSubmit", "session_id": "s", "prompt": "prices?", "cwd": "/w/app"}
+    assert run_prompt(orjson.dumps(payload)) == 0
+    log = (cairn_home / "logs" / "hook.log").read_text()
+    assert f"127.0.0.1:{port}" in log and "s3cret-pw" not in log
 
 
 def _graded_turn(session: str, prompt: str) -> int:

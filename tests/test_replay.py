@@ -167,3 +167,14 @@ def test_the_live_candidate_shows_its_replay_verdict_labelled_offline(cli, agent
     queued = json.loads(cli("ab", "queue", "list", "--json").stdout)
     assert queued[0]["offline_replay"] is None and queued[0]["version"].startswith(status["versions"]["A"])
     assert "none yet" in cli("ab", "queue", "list").stdout
+
+
+@needs_transcripts
+def test_max_cost_stops_before_a_call_would_pass_it(cli, agent):
+    """Priced at $1,000 per million tokens, a writer call costs about $1-3 here: a $5 cap stops after a few calls,
+    before the one that could pass it, and says so."""
+    report = _run(
+        cli, "--b-instruction", "Name the symptom.", "--price-in", "1000", "--price-out", "1000", "--max-cost-usd", "5"
+    )
+    assert report["status"] == "partial" and "--max-cost-usd 5" in report["stopped"]
+    assert 0 < report["calls"]["made"] == len(agent()) and report["calls"]["cost_usd"] <= 5
