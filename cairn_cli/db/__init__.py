@@ -50,7 +50,7 @@ def _connect(kind: str, url: str, *, create: bool) -> peewee.Database:
             host=parsed.hostname or "127.0.0.1",
             port=parsed.port or 5432,
         )
-    raise ConfigError(f"unsupported database URL {url!r}", "use sqlite:///path or postgresql://user@host/db")
+    raise ConfigError(f"unsupported database URL {safe_url(url)!r}", "use sqlite:///path or postgresql://user@host/db")
 
 
 def _open_one(kind: str, url: str, proxy: peewee.DatabaseProxy, registry, *, create: bool) -> peewee.Database:

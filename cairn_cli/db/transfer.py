@@ -41,16 +41,18 @@ def _live(table: str) -> type[peewee.Model]:
     return next(m for models in STORE_MODELS.values() for m in models if m._meta.table_name == table)
 
 
+def _key(model: type[peewee.Model]) -> peewee.Field:
+    pk = model._meta.primary_key
+    assert isinstance(pk, peewee.Field)  # every table of a store has a one-column key
+    return pk
+
+
 def key_column(table: str) -> str:
-    return _live(table)._meta.primary_key.name
+    return _key(_live(table)).name
 
 
-def _plain(row: dict) -> dict:
+def _plain(row) -> dict:
     return {k: bytes(v) if isinstance(v, memoryview) else v for k, v in row.items()}
-
-
-def exists(database: peewee.Database, table: str) -> bool:
-    return database.table_exists(table)
 
 
 def count(database: peewee.Database, table: str) -> int:
@@ -60,7 +62,7 @@ def count(database: peewee.Database, table: str) -> int:
 def page(database: peewee.Database, table: str, after, limit: int) -> list[dict]:
     """Up to `limit` rows with a key above `after` (None: from the first), in key order."""
     model = _model(table, database)
-    pk = model._meta.primary_key
+    pk = _key(model)
     query = model.select().order_by(pk).limit(limit)
     if after is not None:
         query = query.where(pk > after)
@@ -70,11 +72,12 @@ def page(database: peewee.Database, table: str, after, limit: int) -> list[dict]
 def fetch(database: peewee.Database, table: str, keys: Sequence) -> dict:
     """key -> row of the rows of `table` whose key is in `keys`."""
     model = _model(table, database)
-    pk = model._meta.primary_key
+    pk = _key(model)
     out = {}
     for start in range(0, len(keys), 500):
-        for row in model.select().where(pk.in_(list(keys[start : start + 500]))).dicts():
-            out[row[pk.name]] = _plain(row)
+        for found in model.select().where(pk.in_(list(keys[start : start + 500]))).dicts():
+            row = _plain(found)
+            out[row[pk.name]] = row
     return out
 
 
@@ -90,7 +93,7 @@ def insert(database: peewee.Database, table: str, rows: Sequence[dict]) -> None:
         return
     except peewee.IntegrityError:
         pass
-    key = model._meta.primary_key.name
+    key = _key(model).name
     for row in rows:  # which one: each alone, in a savepoint of its own
         try:
             with database.atomic():
@@ -106,7 +109,7 @@ def insert(database: peewee.Database, table: str, rows: Sequence[dict]) -> None:
 def update(database: peewee.Database, table: str, row: dict) -> None:
     """Replace every column of the row with `row`'s key."""
     model = _model(table, database)
-    pk = model._meta.primary_key
+    pk = _key(model)
     values = {k: v for k, v in row.items() if k != pk.name}
     model.update(values).where(pk == row[pk.name]).execute()
 
@@ -118,7 +121,7 @@ def reset_sequences(database: peewee.Database, tables_: Sequence[str]) -> None:
         return
     for table in tables_:
         model = _model(table, database)
-        if not isinstance(model._meta.primary_key, peewee.AutoField):
+        if not isinstance(_key(model), peewee.AutoField):
             continue
         database.execute_sql(
             f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), COALESCE(MAX(id), 0) + 1, false) FROM {table}"
