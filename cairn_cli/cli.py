@@ -17,6 +17,7 @@ from cairn_cli.commands import (
     backfill,
     calibrate,
     daemon,
+    db,
     deliveries,
     engage,
     hook,
@@ -53,6 +54,7 @@ replay_app = _group(
     help="The offline write-side A/B: real sessions replayed through two rules, judged (never promotes)."
 )
 ab_queue_app = _group(help="Candidate instructions for arm B.")
+db_app = _group(help="The stores themselves: copy one between SQLite and PostgreSQL.")
 stats_app = _group(help="What the labels say: deliveries, label volume, floors, abstentions, write-side dedup.")
 
 
@@ -125,6 +127,7 @@ COMMANDS: list[tuple[typer.Typer, str, Callable]] = [
     (replay_app, "run", replay.run),
     (replay_app, "report", replay.report),
     (replay_app, "list", replay.list_),
+    (db_app, "copy", db.copy),
     (stats_app, "deliveries", stats.deliveries),
     (stats_app, "labels", stats.labels),
     (stats_app, "floors", stats.floors),
@@ -141,6 +144,7 @@ ab_app.add_typer(ab_queue_app, name="queue")
 app.add_typer(ab_app, name="ab")
 app.add_typer(replay_app, name="replay")
 app.add_typer(stats_app, name="stats")
+app.add_typer(db_app, name="db")
 
 
 def main() -> None:

@@ -41,3 +41,7 @@ class DaemonUnavailable(CairnError):
 
 class DeadlineExceeded(CairnError):
     """The caller stopped waiting: the work is abandoned before anything is written."""
+
+
+class Conflict(CairnError):
+    """The target already holds something else under the same key: exit 1, nothing written."""

@@ -11,6 +11,7 @@ from cairn_cli.cli import (
     ab_queue_app,
     app,
     daemon_app,
+    db_app,
     hook_app,
     memory_app,
     replay_app,
@@ -27,11 +28,12 @@ GROUPS = {
     id(ab_queue_app): "ab queue ",
     id(stats_app): "stats ",
     id(replay_app): "replay ",
+    id(db_app): "db ",
 }
 ALL = [f"{GROUPS[id(parent)]}{name}" for parent, name, _ in COMMANDS]
 
 
-@pytest.mark.parametrize("command", ["", "memory", "daemon", "hook", "ab", "ab queue", "stats"] + ALL)
+@pytest.mark.parametrize("command", ["", "memory", "daemon", "hook", "ab", "ab queue", "stats", "db"] + ALL)
 def test_every_help_works(cli, command):
     result = cli(*command.split(), "--help")
     assert result.exit_code == 0, result.output

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -53,7 +55,7 @@ def _connect(kind: str, url: str, *, create: bool) -> peewee.Database:
             port=parsed.port or 5432,
             options=f"-c lock_timeout={wait_ms}",
         )
-    raise ConfigError(f"unsupported database URL {url!r}", "use sqlite:///path or postgresql://user@host/db")
+    raise ConfigError(f"unsupported database URL {safe_url(url)!r}", "use sqlite:///path or postgresql://user@host/db")
 
 
 def _open_one(kind: str, url: str, proxy: peewee.DatabaseProxy, registry, *, create: bool) -> peewee.Database:
@@ -157,6 +159,47 @@ def open_ephemeral_db(url: str, *, create: bool = True) -> peewee.Database:
 
 def open_db(memory_url: str, ephemeral_url: str, *, create: bool = True) -> tuple[peewee.Database, peewee.Database]:
     return open_memory_db(memory_url, create=create), open_ephemeral_db(ephemeral_url, create=create)
+
+
+REGISTRIES = {"memory": migrations.MEMORY_MIGRATIONS, "ephemeral": migrations.EPHEMERAL_MIGRATIONS}
+PROXIES = {"memory": tables.memory_proxy, "ephemeral": tables.ephemeral_proxy}
+
+
+def connect_store(kind: str, url: str, *, create: bool = True, migrate: bool = True) -> peewee.Database:
+    """A connection of its own to the `kind` store at `url` ("memory" or "ephemeral"), migrated to the current
+    schema unless `migrate` is False, neither cached nor bound to the models' proxies: a caller that holds two
+    databases at once (`cairn db copy`). The caller closes it."""
+    database = _connect(kind, url, create=create)
+    try:
+        database.connect(reuse_if_open=True)
+        if migrate:
+            migrations.apply_pending(database, REGISTRIES[kind])
+    except peewee.OperationalError as exc:
+        database.close()
+        why = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        raise ConfigError(f"cannot open the {kind} database at {safe_url(url)}: {why}", _hint(url)) from None
+    return database
+
+
+def pending_migrations(kind: str, database: peewee.Database) -> list[str]:
+    """The migrations of the `kind` registry not yet applied to `database` (all of them on an empty database)."""
+    if not database.table_exists("cairn_migrations"):
+        return [name for name, _ in REGISTRIES[kind]]
+    done = {name for (name,) in database.execute_sql("SELECT name FROM cairn_migrations").fetchall()}
+    return [name for name, _ in REGISTRIES[kind] if name not in done]
+
+
+@contextmanager
+def bound(kind: str, database: peewee.Database) -> Iterator[peewee.Database]:
+    """Bind the `kind` models (and every core function that reads through them) to `database` for the block, then
+    give the proxy back what it held."""
+    proxy = PROXIES[kind]
+    previous = proxy.obj
+    proxy.initialize(database)
+    try:
+        yield database
+    finally:
+        proxy.initialize(previous)
 
 
 def close_all() -> None:
