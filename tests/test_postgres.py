@@ -345,3 +345,21 @@ def test_another_instances_long_transaction_never_hangs_a_stop(pg_server, cli, m
     _stop("s1", message)  # the other transaction is over: the Stop applies in full
     assert Memory.get_by_id(target).corroborations == before + 1
     assert all(d.grade == 2 for d in MemoryDelivery.select().where(MemoryDelivery.session_id == "s1"))
+
+
+def test_scores_keep_double_precision_on_postgresql(backend, cli):
+    """A peewee FloatField is REAL (float4) on PostgreSQL: migrations make scores and confidences double precision
+    there, as on SQLite, so a confidence or a composite score reads back as written."""
+    from cairn_cli.db.tables import Memory, MemoryDelivery
+
+    assert cli("memory", "import", EXAMPLES).exit_code == 0
+    Memory.update(confidence=0.123456789012345).where(Memory.id == 1).execute()
+    assert Memory.get_by_id(1).confidence == pytest.approx(0.123456789012345, rel=1e-14)
+    assert cli("rank", "how should prices be stored?", "--scope", "webshop").exit_code == 0
+    d = MemoryDelivery.select().first()
+    MemoryDelivery.update(final_score=0.987654321098765, engaged_semantic=0.55555555555555).where(
+        MemoryDelivery.id == d.id
+    ).execute()
+    back = MemoryDelivery.get_by_id(d.id)
+    assert back.final_score == pytest.approx(0.987654321098765, rel=1e-14)
+    assert back.engaged_semantic == pytest.approx(0.55555555555555, rel=1e-14)

@@ -165,6 +165,7 @@ def test_migrations_are_recorded_in_order_and_applied_once(tmp_path):
         "0006_replay",
         "0007_memories_instance",
         "0008_student_versions",
+        "0009_double_precision",
     ]
     assert migrations.apply_pending(database, migrations.MEMORY_MIGRATIONS) == names
     assert migrations.apply_pending(database, migrations.MEMORY_MIGRATIONS) == []

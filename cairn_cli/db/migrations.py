@@ -392,6 +392,19 @@ def _instance_column(table: str) -> Callable[[peewee.Database], None]:
     return migrate_it
 
 
+def _double_precision(columns: dict[str, list[str]]) -> Callable[[peewee.Database], None]:
+    def migrate_it(db: peewee.Database) -> None:
+        """On PostgreSQL a peewee FloatField is REAL (about 7 digits): scores, confidences and cosines become
+        DOUBLE PRECISION, as they are on SQLite. Nothing to do on SQLite."""
+        if not isinstance(db, peewee.PostgresqlDatabase):
+            return
+        for table, names in columns.items():
+            for name in names:
+                db.execute_sql(f"ALTER TABLE {table} ALTER COLUMN {name} TYPE DOUBLE PRECISION")
+
+    return migrate_it
+
+
 def _deliveries_instance(db: peewee.Database) -> None:
     _instance_column("memory_deliveries")(db)
     _instance_column("hook_state")(db)
@@ -424,6 +437,7 @@ MEMORY_MIGRATIONS: list[Migration] = [
     ("0006_replay", _replay),
     ("0007_memories_instance", _instance_column("memories")),
     ("0008_student_versions", _student_versions),
+    ("0009_double_precision", _double_precision({"memories": ["confidence"], "memory_merges": ["similarity"]})),
 ]
 EPHEMERAL_MIGRATIONS: list[Migration] = [
     ("0001_memory_deliveries", _deliveries_v1),
@@ -432,6 +446,12 @@ EPHEMERAL_MIGRATIONS: list[Migration] = [
     ("0004_evidence_applied", _evidence_applied),
     ("0005_deliveries_backfill_tag", _deliveries_backfill_tag),
     ("0006_deliveries_instance", _deliveries_instance),
+    (
+        "0007_double_precision",
+        _double_precision(
+            {"memory_deliveries": ["final_score", "engaged_score", "engaged_lexical", "engaged_semantic"]}
+        ),
+    ),
 ]
 
 
