@@ -7,8 +7,9 @@ already in the target with the same content is left alone (a second run copies n
 is a Conflict naming its table and key, unless `overwrite`. Rows of the target that the source lacks stay.
 
 Rows are compared, and checksummed, in a canonical form: JSON with sorted keys, datetimes in ISO form to the
-microsecond, blobs in hex, and floats at single precision, because PostgreSQL keeps cairn's float columns as REAL
-(4 bytes) where SQLite keeps 8: a copy through PostgreSQL keeps what it can hold, and is equal at that precision.
+microsecond, blobs in hex, and floats at single precision, because a PostgreSQL store made before its float columns
+became DOUBLE PRECISION (memory migration 0009, delivery-log 0007) keeps them as REAL (4 bytes): a copy through such
+a store keeps what it can hold, and is equal at that precision.
 
 The full-text index is derived data: its tables are not copied. The memories' triggers queue every memory the
 target receives, and `fulltext.sync` (the path every write takes) indexes them in the same transaction; the
