@@ -348,7 +348,7 @@ def write(results: dict, out: Path, args, levels: list[int]) -> None:
             f"TCP loopback (`{results['postgres_url']}`), not the Unix socket: cairn's URL parsing "
             f"(`db/__init__.py` `_connect`) takes only the URL's host name and port, so `{probe['url']}` resolves to "
             f"host {probe['resolved']['host']}, port {probe['resolved']['port']} (the `host=` query is ignored) and "
-            f"opening it fails (exit {probe['exit_code']}: connection refused at that address)"
+            f"opening it fails (exit {probe['exit_code']}: {probe['stderr'].split(' failed: ')[-1].split(' (check')[0]})"
         )
     cmd = (
         f"PYTHONPATH=. .venv/bin/python scripts/bench_postgres.py --memories {args.memories} --runs {args.runs} "
