@@ -244,6 +244,30 @@ def main() -> int:
             results["hook_prompt"] = {k: summary(v) for k, v in times.items()}
             print(f"hook prompt {results['hook_prompt']}", file=sys.stderr)
 
+            # 1b. where a ranking's time goes: `cairn rank --json` through the same daemons, the daemon's own laps
+            # (table: the scoring table, refreshed when the store changed; log: the deliveries and turn written)
+            laps: dict[str, list[dict]] = {b: [] for b in BACKENDS}
+            whole: dict[str, list[float]] = {b: [] for b in BACKENDS}
+            for i in range(args.runs):
+                for b in rotation(i, BACKENDS):
+                    ms, out = run([a.replace("{prompt}", fresh(i)) for a in rank_cmd()] + ["--json"], envs[b])
+                    whole[b].append(ms)
+                    laps[b].append(json.loads(out)["timings_ms"])
+            results["rank_stages"] = {
+                b: {
+                    "process": summary(whole[b]),
+                    "laps_p50_ms": {
+                        k: round(statistics.median(t.get(k, 0.0) for t in laps[b]), 2) for k in sorted(laps[b][0])
+                    },
+                    "laps_p95_ms": {
+                        k: round(metrics.percentile([t.get(k, 0.0) for t in laps[b]], 95), 2)
+                        for k in sorted(laps[b][0])
+                    },
+                }
+                for b in BACKENDS
+            }
+            print(f"rank stages {results['rank_stages']}", file=sys.stderr)
+
             # 2. hook stop: a prompt (not timed), then its Stop grading what it showed and writing one memory
             rng = random.Random(11)
             stops: dict[str, list[float]] = {b: [] for b in BACKENDS}
@@ -385,6 +409,22 @@ def write(results: dict, out: Path, args, levels: list[int]) -> None:
         "",
         f"PostgreSQL / SQLite: p50 × {x['hook_prompt_p50']}, p95 × {x['hook_prompt_p95']}",
         "",
+        f"Where a ranking's time goes: `cairn rank --json` through the same daemons ({args.runs} runs each, "
+        "interleaved), the daemon's own laps (`timings_ms`; table: the scoring table, refreshed when the store "
+        "changed; log: the deliveries and the turn written), p50 (p95) ms:",
+        "",
+        "| backend | whole process | " + " | ".join(results["rank_stages"]["sqlite"]["laps_p50_ms"]) + " |",
+        "|---|" + "---:|" * (1 + len(results["rank_stages"]["sqlite"]["laps_p50_ms"])),
+        *[
+            f"| {b} | {results['rank_stages'][b]['process']['p50_ms']} ({results['rank_stages'][b]['process']['p95_ms']}) | "
+            + " | ".join(
+                f"{v} ({results['rank_stages'][b]['laps_p95_ms'][k]})"
+                for k, v in results["rank_stages"][b]["laps_p50_ms"].items()
+            )
+            + " |"
+            for b in BACKENDS
+        ],
+        "",
         f"## 2. `cairn hook stop` ({args.runs} runs each: grades what the prompt showed, writes one new memory)",
         "",
         "| backend | p50 ms | p95 ms | grades per Stop (mean) |",
@@ -430,7 +470,7 @@ def write(results: dict, out: Path, args, levels: list[int]) -> None:
         w = results["written"][b]
         rss = results["daemon_status"][b]["rss_mb"]
         lines.append(f"| {b} | {w['memories']} | {w['deliveries']} | {w['graded']} | {w['hook_errors']} | {rss} |")
-    lines += ["", "## Reading", "", "READING", ""]
+    lines += ["", "## Reading", "", "(written by hand from the numbers above after each run)", ""]
     (out / f"{args.name}.md").write_text("\n".join(lines))
     print("\n".join(lines))
 
