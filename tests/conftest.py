@@ -93,6 +93,7 @@ def pg_server():
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI=true and no PostgreSQL to test against: {why}")
         pytest.skip(why)
+    pgserver.PgServer.reap_orphans()
     server = pgserver.PgServer().start()
     yield server
     server.stop()

@@ -63,7 +63,26 @@ class PgServer:
             cmd = ["runuser", "-u", "postgres", "--", *cmd]
         return subprocess.run(cmd, capture_output=True, text=True, check=True)
 
+    @classmethod
+    def reap_orphans(cls) -> None:
+        """Stop the servers of earlier test sessions that were killed before their teardown (their owner pid is
+        gone), and remove their directories."""
+        for root in glob.glob(os.path.join(tempfile.gettempdir(), "cairn-pg-*")):
+            try:
+                owner = int((Path(root) / "owner").read_text())
+                os.kill(owner, 0)
+                continue  # its session is alive
+            except ProcessLookupError:
+                pass
+            except (OSError, ValueError):
+                continue  # not ours to judge
+            orphan = cls.__new__(cls)
+            orphan.bin, orphan.root, orphan.data = bindir(), Path(root), Path(root) / "data"
+            orphan.as_root = os.geteuid() == 0
+            orphan.stop()
+
     def start(self) -> PgServer:
+        (self.root / "owner").write_text(str(os.getpid()))
         self.sock.mkdir()
         if self.as_root:
             shutil.chown(self.root, "postgres", "postgres")

@@ -363,3 +363,18 @@ def test_scores_keep_double_precision_on_postgresql(backend, cli):
     back = MemoryDelivery.get_by_id(d.id)
     assert back.final_score == pytest.approx(0.987654321098765, rel=1e-14)
     assert back.engaged_semantic == pytest.approx(0.55555555555555, rel=1e-14)
+
+
+def test_a_unix_socket_url_connects_through_the_socket(pg_server, cli, monkeypatch):
+    """`postgresql://user@/db?host=/socket/dir` (libpq's form) reaches the server through its Unix socket."""
+    from cairn_cli import db
+    from cairn_cli.commands import _common
+    from cairn_cli.db.tables import memory_proxy
+
+    name = pg_server.create_database("sock").rsplit("/", 1)[1]
+    monkeypatch.setenv("CAIRN_DB_URL", f"postgresql://postgres@:{pg_server.port}/{name}?host={pg_server.sock}")
+    db.close_all()
+    _common._globals.clear()
+    assert cli("memory", "add", "Reached through the socket").exit_code == 0
+    peer = memory_proxy.obj.execute_sql("SELECT inet_server_addr()").fetchone()[0]
+    assert peer is None  # a Unix-socket connection has no server address

@@ -51,7 +51,7 @@ def _connect(kind: str, url: str, *, create: bool) -> peewee.Database:
             (parsed.path or "/").lstrip("/") or "postgres",
             user=unquote(parsed.username) if parsed.username else None,
             password=unquote(parsed.password) if parsed.password else None,
-            host=parsed.hostname or "127.0.0.1",
+            host=_pg_host(parsed),
             port=parsed.port or 5432,
             options=f"-c lock_timeout={wait_ms}",
         )
@@ -117,10 +117,19 @@ def safe_url(url: str) -> str:
     return parsed._replace(netloc=f"{user}:***@{netloc[1]}").geturl()
 
 
+def _pg_host(parsed) -> str:
+    """The server's host: `?host=/run/postgresql` (a Unix socket's directory, as libpq takes it), else the URL's
+    host name, else loopback."""
+    from urllib.parse import parse_qs
+
+    socket_dir = parse_qs(parsed.query).get("host")
+    return socket_dir[-1] if socket_dir else parsed.hostname or "127.0.0.1"
+
+
 def _hint(url: str) -> str:
     parsed = urlparse(url)
     if parsed.scheme in ("postgres", "postgresql"):
-        where = f"{parsed.hostname or '127.0.0.1'}:{parsed.port or 5432}"
+        where = f"{_pg_host(parsed)}:{parsed.port or 5432}"
         return f"check that PostgreSQL is running at {where}, that the database exists and the user may connect"
     return "check the URL and permissions"
 
