@@ -107,11 +107,11 @@ def hook_stop(env: dict, session: str, message: str) -> float:
 
 
 def socket_probe(server: PgServer, database: str, env: dict) -> dict:
-    """Does cairn's URL parsing reach the server's Unix socket? `postgresql://postgres@/DB?host=<socket dir>`
+    """Does cairn's URL parsing reach the server's Unix socket? `postgresql://postgres@:PORT/DB?host=<socket dir>`
     (libpq's spelling): what cairn resolves it to, and whether a command can open the store with it."""
     from cairn_cli.db import _connect
 
-    url = f"postgresql://postgres@/{database}?host={server.sock}"
+    url = f"postgresql://postgres@:{server.port}/{database}?host={server.sock}"  # the socket file names the port
     params = _connect("memory", url, create=False).connect_params
     proc = subprocess.run(
         [CAIRN, "memory", "list", "--json"],
@@ -219,7 +219,10 @@ def main() -> int:
             results["socket_probe"] = socket_probe(server, mem.rsplit("/", 1)[1], envs["postgresql"])
             results["connection"] = "unix socket" if results["socket_probe"]["works"] else "tcp loopback"
             if results["socket_probe"]["works"]:
-                sock = {k: f"postgresql://postgres@/{u.rsplit('/', 1)[1]}?host={server.sock}" for k, u in urls.items()}
+                sock = {
+                    k: f"postgresql://postgres@:{server.port}/{u.rsplit('/', 1)[1]}?host={server.sock}"
+                    for k, u in urls.items()
+                }
                 envs["postgresql"].update(sock)
             results["postgres_url"] = envs["postgresql"]["CAIRN_DB_URL"]
             results["postgres_server"] = subprocess.run(

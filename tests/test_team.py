@@ -216,6 +216,21 @@ def test_a_student_published_by_one_instance_is_installed_by_the_others_daemon(p
         )
         assert "checksum does not match" in warned[0]
         assert ranked_by() == f"student:{mine}"  # still Alice's first student
+        # a publication that arrives whole but does not load (its weights broken): Bob keeps the student he has
+        unloadable = training.new_version_dir(live)
+        shutil.copytree(version, unloadable)
+        for weights in unloadable.glob("*.safetensors"):
+            weights.write_bytes(b"not weights")
+        shared.publish(unloadable, s)
+        kept = wait_for(
+            lambda: (
+                [w for w in json.loads(cairn("daemon", "status", "--json").stdout)["warnings"] if "did not load" in w]
+                or (ranked_by() and None)
+            ),
+            "Bob's daemon keeping its student",
+            timeout=300,
+        )
+        assert unloadable.name in kept[0] and ranked_by() == f"student:{mine}"
     finally:
         subprocess.run([*CAIRN, "daemon", "stop"], env=bob, capture_output=True, timeout=120)
         db.close_all()

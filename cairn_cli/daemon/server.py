@@ -139,12 +139,18 @@ class Daemon:
     def _swap_reranker(self, settings: Settings, resolution, sig, locked: bool = False) -> None:
         from cairn_cli.core.ranking.reranking import load_reranker
         from cairn_cli.ml.device import apply_torch_threads
+        from cairn_cli.ml.reranker import NONE
 
         reranker, notes = load_reranker(settings, resolution, measure=True)
         apply_torch_threads()
         with self.lock if locked else contextlib.nullcontext():  # swapped between requests, never during one
             if self.loading_sig != sig:
                 return  # superseded by a newer deployment while loading
+            current = self.engine.reranker
+            if reranker is None and resolution.role != NONE and current is not None:
+                # a model that does not load (a broken deployment) never replaces one that ranks
+                notes = [*notes, f"keeping {current.name}: {resolution.name} did not load"]
+                reranker = current
             self.engine.reranker = reranker
             self.engine.warnings = notes
             self.reranker_sig, self.loading_sig = sig, None

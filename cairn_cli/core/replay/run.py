@@ -221,7 +221,7 @@ class Caller:
             if cached is not None:
                 self.sent["roles"][role]["cached"] += 1
                 return cached.answer
-            self._reserve(model, prompt)
+            self._reserve(role, model, prompt)
         try:
             answer = self.backend.complete(prompt, model=model, max_tokens=MAX_TOKENS[role])
         except BaseException:
@@ -249,7 +249,7 @@ class Caller:
             sent["chars"] += len(prompt)
         return answer.text
 
-    def _reserve(self, model: str, prompt: str) -> None:
+    def _reserve(self, role: str, model: str, prompt: str) -> None:
         """Claim one call under the caps (the lock held): a call that would pass one is never made."""
         cfg = self.cfg
         if cfg.max_calls is not None and self.calls >= cfg.max_calls:
@@ -260,7 +260,7 @@ class Caller:
                 raise InvalidInput(
                     f"no price known for {model}: --max-cost-usd cannot be kept", "pass --price-in and --price-out"
                 )
-            worst = (len(prompt) / 4 * rates[0] + MAX_TOKENS["writer"] * rates[1]) / 1e6
+            worst = (len(prompt) / 4 * rates[0] + MAX_TOKENS[role] * rates[1]) / 1e6  # the most this call can cost
             if self.cost + worst > cfg.max_cost_usd:
                 raise CapReached(
                     f"--max-cost-usd {cfg.max_cost_usd:g} reached (spent {self.cost:.4f})",
@@ -503,15 +503,16 @@ def plan(sessions: list[ReplaySession], arms: tuple[ArmSpec, ArmSpec], cfg: Repl
     calls = {"writer": 2 * len(turns), "judge": 2 * len(turns), "coldread": 2 * len(turns)}
     input_tokens = {r: chars[r] // 4 for r in ROLES}
     output_tokens = {r: calls[r] * EXPECTED_OUTPUT[r] for r in ROLES}
-    cost, notes = 0.0, []
+    cost: float | None = 0.0
+    notes: list[str] = []
     for role in ROLES:
         model = cfg.writer_model if role == "writer" else cfg.judge_model
         rates = price(model, cfg)
         if rates is None:
             notes.append(f"no price known for {model}: pass --price-in / --price-out for a cost")
-            cost = None  # type: ignore[assignment]
+            cost = None
             break
-        cost += (input_tokens[role] * rates[0] + output_tokens[role] * rates[1]) / 1e6
+        cost = (cost or 0.0) + (input_tokens[role] * rates[0] + output_tokens[role] * rates[1]) / 1e6
     notes.append("judge and cold-read calls are upper bounds: only turns where the arms differ are judged")
     return Plan(len(sessions), len(turns), calls, input_tokens, output_tokens, cost, notes)
 

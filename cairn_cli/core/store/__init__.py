@@ -26,16 +26,21 @@ def instance_id(settings: Settings) -> str:
         from cairn_cli.files import atomic_write, private_dir
 
         path = os.path.join(home, INSTANCE_FILE)
+        host = "".join(c if c.isalnum() or c in "-." else "-" for c in socket.gethostname())[:40] or "host"
         try:
             with open(path, encoding="utf-8") as fh:
                 value = fh.read().strip()
         except FileNotFoundError:
             value = ""
+        except OSError:  # another account's home (a read-only store): the host alone, nothing written
+            value = host
         if not value:
-            host = "".join(c if c.isalnum() or c in "-." else "-" for c in socket.gethostname())[:40] or "host"
             value = f"{host}-{secrets.token_hex(3)}"
-            private_dir(home)
-            atomic_write(path, value + "\n", mode=0o600)
+            try:
+                private_dir(home)
+                atomic_write(path, value + "\n", mode=0o600)
+            except OSError:
+                value = host  # a home this process cannot write: ranking goes on, the rows say the host
         _instances[home] = value
     return _instances[home]
 
