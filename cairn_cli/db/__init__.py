@@ -70,8 +70,7 @@ def _open_one(kind: str, url: str, proxy: peewee.DatabaseProxy, registry, *, cre
             db.close()
             db = _read_only(db, registry) if "readonly" in str(exc) else None
             if db is None:
-                why = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
-                raise ConfigError(f"cannot open the {kind} database at {safe_url(url)}: {why}", _hint(url)) from None
+                raise _open_error(kind, url, exc) from None
         _open[key] = db
     proxy.initialize(db)
     return db
@@ -124,6 +123,12 @@ def _pg_host(parsed) -> str:
 
     socket_dir = parse_qs(parsed.query).get("host")
     return socket_dir[-1] if socket_dir else parsed.hostname or "127.0.0.1"
+
+
+def _open_error(kind: str, url: str, exc: Exception) -> ConfigError:
+    """One line: which store, where (no password), the driver's first line of why, and the fix."""
+    why = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+    return ConfigError(f"cannot open the {kind} database at {safe_url(url)}: {why}", _hint(url))
 
 
 def _hint(url: str) -> str:
@@ -185,8 +190,7 @@ def connect_store(kind: str, url: str, *, create: bool = True, migrate: bool = T
             migrations.apply_pending(database, REGISTRIES[kind])
     except peewee.OperationalError as exc:
         database.close()
-        why = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
-        raise ConfigError(f"cannot open the {kind} database at {safe_url(url)}: {why}", _hint(url)) from None
+        raise _open_error(kind, url, exc) from None
     return database
 
 
