@@ -182,6 +182,17 @@ def test_every_row_carries_the_instance_that_wrote_it_and_stats_training_calibra
     assert dry["rows"] == alice and dry["instance"] == "alice"
     assert json.loads(cli("train-reranker", "--dry-run", "--json").stdout)["rows"] == alice + bob  # pooled
 
+    def calibrated(*extra: str) -> int:
+        out = cli("calibrate-floor", "--model", "composite", "--min-grade3", "1", "--json", *extra)
+        assert out.exit_code == 0, out.output
+        return sum(json.loads(out.stdout)["counts"].values())
+
+    assert (calibrated("--instance", "alice"), calibrated("--instance", "bob"), calibrated()) == (
+        alice,
+        bob,
+        alice + bob,
+    )
+
 
 def test_the_default_instance_id_is_made_once_per_home_and_kept_private(cairn_home, monkeypatch):
     import os
