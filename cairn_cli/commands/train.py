@@ -121,7 +121,7 @@ def train_reranker(
     deployed, once as ranked live. The student deploys only when nDCG@10 rises by --deploy-margin and R@5 falls by
     no more than --recall-tolerance (grade >= 2 relevant; pairwise agreement is reported beside it). A deployed
     student replaces the live one atomically; the daemon picks it up on its next request.
-    Example: cairn train-reranker --epochs 2 --engagement --json
+    Example: cairn train-reranker --engagement --engagement-methods lexical,semantic --json
     """
     from cairn_cli.core.learning import training
 
