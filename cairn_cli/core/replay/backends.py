@@ -148,6 +148,26 @@ def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
+def _sdk_call(sdk: Any, base_error: type[BaseException], key_var: str, shape: str, call: Callable[[], Any]) -> Any:
+    """call() through an official SDK (anthropic and openai raise the same family of errors), each failure as a
+    _Failure: HTTP statuses by their code, timeouts and dropped connections retryable, a body that is not
+    `shape` or not JSON malformed, any other client error by its class only (never its text: it may hold the key)."""
+    try:
+        return call()
+    except sdk.APIStatusError as exc:
+        raise _status_failure(exc.status_code, key_var) from None
+    except sdk.APITimeoutError:
+        raise _Failure("request timed out", retryable=True) from None
+    except sdk.APIConnectionError:
+        raise _Failure("connection failed", retryable=True) from None
+    except sdk.APIResponseValidationError:
+        raise _malformed(shape) from None
+    except json.JSONDecodeError:
+        raise _malformed("invalid JSON") from None
+    except base_error as exc:
+        raise _Failure(f"client error ({type(exc).__name__})", retryable=False) from None
+
+
 class AnthropicBackend:
     name = "anthropic"
     key_var = "ANTHROPIC_API_KEY"
@@ -168,23 +188,15 @@ class AnthropicBackend:
 
     def complete(self, prompt: str, *, model: str, max_tokens: int) -> Answer:
         def once() -> Answer:
-            sdk = self._sdk
-            try:
-                message = self._client.messages.create(
+            message = _sdk_call(
+                self._sdk,
+                self._sdk.AnthropicError,
+                self.key_var,
+                "not a message",
+                lambda: self._client.messages.create(
                     model=model, max_tokens=max_tokens, messages=[{"role": "user", "content": prompt}]
-                )
-            except sdk.APIStatusError as exc:
-                raise _status_failure(exc.status_code, self.key_var) from None
-            except sdk.APITimeoutError:
-                raise _Failure("request timed out", retryable=True) from None
-            except sdk.APIConnectionError:
-                raise _Failure("connection failed", retryable=True) from None
-            except sdk.APIResponseValidationError:
-                raise _malformed("not a message") from None
-            except json.JSONDecodeError:
-                raise _malformed("invalid JSON") from None
-            except sdk.AnthropicError as exc:  # e.g. a credentials problem; the class only, never its text
-                raise _Failure(f"client error ({type(exc).__name__})", retryable=False) from None
+                ),
+            )
             return _anthropic_answer(message, model)
 
         return _with_retries(self.name, model, once, retries=self._retries, sleep=self._sleep, secret=self._key)
@@ -238,29 +250,15 @@ class OpenAIBackend:
 
     def complete(self, prompt: str, *, model: str, max_tokens: int) -> Answer:
         def once() -> Answer:
-            sdk = self._sdk
-            try:
-                messages: Any = [{"role": "user", "content": prompt}]
-                if self._limit_param == "max_completion_tokens":
-                    completion = self._client.chat.completions.create(
-                        model=model, messages=messages, max_completion_tokens=max_tokens
-                    )
-                else:
-                    completion = self._client.chat.completions.create(
-                        model=model, messages=messages, max_tokens=max_tokens
-                    )
-            except sdk.APIStatusError as exc:
-                raise _status_failure(exc.status_code, self.key_var) from None
-            except sdk.APITimeoutError:
-                raise _Failure("request timed out", retryable=True) from None
-            except sdk.APIConnectionError:
-                raise _Failure("connection failed", retryable=True) from None
-            except sdk.APIResponseValidationError:
-                raise _malformed("not a chat completion") from None
-            except json.JSONDecodeError:
-                raise _malformed("invalid JSON") from None
-            except sdk.OpenAIError as exc:  # the class only, never its text
-                raise _Failure(f"client error ({type(exc).__name__})", retryable=False) from None
+            messages: Any = [{"role": "user", "content": prompt}]
+            limit: Any = {self._limit_param: max_tokens}
+            completion = _sdk_call(
+                self._sdk,
+                self._sdk.OpenAIError,
+                self.key_var,
+                "not a chat completion",
+                lambda: self._client.chat.completions.create(model=model, messages=messages, **limit),
+            )
             return _openai_answer(completion, model)
 
         secret = None if self._key == OPENAI_PLACEHOLDER_KEY else self._key
