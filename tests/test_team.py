@@ -26,23 +26,31 @@ QUESTIONS = [
 SHOWN = re.compile(r'<memory id="(\d+)"')
 
 
+def team_env(pg_server, prefix: str, **extra: str) -> dict:
+    """The environment of a machine of the team: fresh memory and delivery-log databases on the session's server
+    (one pair per `prefix`), the hashing encoder, the daemon waited for (a loaded 2-core machine never falls back),
+    no composite floor; CAIRN_HOME and CAIRN_INSTANCE are each machine's own."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
+    env.update(
+        CAIRN_DB_URL=pg_server.create_database(f"{prefix}_mem"),
+        CAIRN_EPHEMERAL_DB_URL=pg_server.create_database(f"{prefix}_eph"),
+        CAIRN_EMBED_MODEL="hashing",
+        CAIRN_DAEMON="auto",
+        CAIRN_DAEMON_TIMEOUT_MS="60000",
+        CAIRN_COMPOSITE_FLOOR="off",
+        **extra,
+    )
+    return env
+
+
 @pytest.mark.slow
 def test_two_instances_hooks_at_once_every_delivery_and_grade_lands_exactly_once(pg_server, tmp_path):
     from cairn_cli import db
     from cairn_cli.config import Settings
     from cairn_cli.core.store import open_stores
 
-    mem, eph = pg_server.create_database("team_mem"), pg_server.create_database("team_eph")
-    base = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
-    base.update(
-        CAIRN_DB_URL=mem,
-        CAIRN_EPHEMERAL_DB_URL=eph,
-        CAIRN_EMBED_MODEL="hashing",
-        CAIRN_DAEMON="auto",
-        CAIRN_DAEMON_TIMEOUT_MS="60000",  # a loaded 2-core machine: wait for the daemon, never fall back
-        CAIRN_COMPOSITE_FLOOR="off",
-        CAIRN_HOOK_SCOPE="webshop",
-    )
+    base = team_env(pg_server, "team", CAIRN_HOOK_SCOPE="webshop")
+    mem, eph = base["CAIRN_DB_URL"], base["CAIRN_EPHEMERAL_DB_URL"]
     envs = {name: dict(base, CAIRN_HOME=str(tmp_path / name), CAIRN_INSTANCE=name) for name in ("alice", "bob")}
 
     def cairn(env: dict, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
@@ -105,18 +113,7 @@ def test_hooks_fail_open_while_the_server_restarts_and_recover_when_it_is_back(p
     """The team's PostgreSQL restarts under a running daemon: prompts go through without memories (hook exit 0,
     the failure in hook.log), a Stop meanwhile writes nothing half, and once the server is back the same daemon
     ranks and logs again."""
-    mem, eph = pg_server.create_database("fault_mem"), pg_server.create_database("fault_eph")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
-    env.update(
-        CAIRN_HOME=str(tmp_path / "home"),
-        CAIRN_DB_URL=mem,
-        CAIRN_EPHEMERAL_DB_URL=eph,
-        CAIRN_EMBED_MODEL="hashing",
-        CAIRN_DAEMON="auto",
-        CAIRN_DAEMON_TIMEOUT_MS="60000",
-        CAIRN_COMPOSITE_FLOOR="off",
-        CAIRN_HOOK_SCOPE="webshop",
-    )
+    env = team_env(pg_server, "fault", CAIRN_HOME=str(tmp_path / "home"), CAIRN_HOOK_SCOPE="webshop")
 
     def cairn(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
         return subprocess.run([*CAIRN, *args], env=env, input=stdin, capture_output=True, text=True, timeout=300)
@@ -159,15 +156,9 @@ def test_a_student_published_by_one_instance_is_installed_by_the_others_daemon(p
     from cairn_cli.ml.training import CrossEncoderModel, bundled_base
     from tests.test_daemon import wait_for
 
-    mem, eph = pg_server.create_database("stu_mem"), pg_server.create_database("stu_eph")
-    base = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
-    base.update(
-        CAIRN_DB_URL=mem,
-        CAIRN_EPHEMERAL_DB_URL=eph,
-        CAIRN_EMBED_MODEL="hashing",
-        CAIRN_DAEMON="auto",
-        CAIRN_DAEMON_TIMEOUT_MS="60000",
-        CAIRN_COMPOSITE_FLOOR="off",
+    base = team_env(
+        pg_server,
+        "stu",
         CAIRN_RERANK_BUDGET_MS="60000",  # a plan that never skips on a loaded machine: speed is benched
         HF_HUB_CACHE=str(tmp_path / "hf-empty"),  # no user's cross-encoder: Bob starts with none
     )
