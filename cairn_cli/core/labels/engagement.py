@@ -171,7 +171,7 @@ def chunks(text: str, size: int) -> list[str]:
     return out
 
 
-def _cos(a: Sequence[float], b: Sequence[float]) -> float:
+def cosine(a: Sequence[float], b: Sequence[float]) -> float:
     dot = sum(x * y for x, y in zip(a, b))
     na = sum(x * x for x in a) ** 0.5
     nb = sum(y * y for y in b) ** 0.5
@@ -251,7 +251,7 @@ def semantic_best(
     if len(vectors) != len(contents) + len(parts):
         return None, f"the embedder answered {len(vectors)} vectors for {len(contents) + len(parts)} texts"
     mem_vecs, chunk_vecs = vectors[: len(contents)], vectors[len(contents) :]
-    return [max(_cos(vec, c) for c in chunk_vecs) for vec in mem_vecs], None
+    return [max(cosine(vec, c) for c in chunk_vecs) for vec in mem_vecs], None
 
 
 @dataclass

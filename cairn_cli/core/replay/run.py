@@ -391,7 +391,7 @@ def _score(caller, cfg, prompt: str, result) -> int | None:
 
 def arm_metrics(sessions: list[ReplaySession], results: list[SessionResult], settings: Settings, embed) -> dict:
     """Per arm: memories written, dedup rate, findability backtest, cold-read mean (each with its n)."""
-    from cairn_cli.core.labels.engagement import MemoryText, engagement_decisions
+    from cairn_cli.core.labels.engagement import MemoryText, cosine, engagement_decisions
     from cairn_cli.core.metrics import mean_interval
     from cairn_cli.core.text import normalise
 
@@ -410,7 +410,7 @@ def arm_metrics(sessions: list[ReplaySession], results: list[SessionResult], set
             for i, w in enumerate(mine):
                 earlier = range(i)
                 same_text = any(normalise(mine[j].content) == normalise(w.content) for j in earlier)
-                close = any(_cos(vectors[i], vectors[j]) >= settings.DEDUP_SEMANTIC_MIN for j in earlier)
+                close = any(cosine(vectors[i], vectors[j]) >= settings.DEDUP_SEMANTIC_MIN for j in earlier)
                 dups += same_text or close
             session = by_id[r.session]
             for turn in session.turns:
@@ -442,13 +442,6 @@ def arm_metrics(sessions: list[ReplaySession], results: list[SessionResult], set
 
 def _memory_text(w: Written) -> str:
     return " ".join([w.content, *w.keywords])
-
-
-def _cos(a, b) -> float:
-    dot = sum(x * y for x, y in zip(a, b))
-    na = sum(x * x for x in a) ** 0.5
-    nb = sum(y * y for y in b) ** 0.5
-    return dot / (na * nb) if na and nb else 0.0
 
 
 def _top_k(before: list, prompt: str, settings: Settings, embed, *, k: int) -> set[int]:
