@@ -138,16 +138,14 @@ def engagement_rows(
     from cairn_cli.core.labels.engagement import LEXICAL
     from cairn_cli.db.tables import Memory, MemoryDelivery
 
-    rows = list(
-        MemoryDelivery.select()
-        .where(
-            MemoryDelivery.grade.is_null()
-            & MemoryDelivery.engaged.is_null(False)
-            & MemoryDelivery.engaged_method.in_(list(methods))
-            & ((MemoryDelivery.instance == instance) if instance else True)
-        )
-        .order_by(MemoryDelivery.id)
+    query = MemoryDelivery.select().where(
+        MemoryDelivery.grade.is_null()
+        & MemoryDelivery.engaged.is_null(False)
+        & MemoryDelivery.engaged_method.in_(list(methods))
     )
+    if instance:
+        query = query.where(MemoryDelivery.instance == instance)
+    rows = list(query.order_by(MemoryDelivery.id))
     texts = (
         {
             m.id: m.content
