@@ -1,27 +1,60 @@
 """The `cairn` console script. `cairn rank` and `cairn hook prompt|stop` — the shell hooks' hot path — are parsed
-here (argparse) and sent to the daemon without importing Typer, rich or any model; every other command goes to the
-Typer app."""
+here (by hand: `parse_rank`) and sent to the daemon without importing Typer, rich or any model; every other command
+goes to the Typer app."""
 
 from __future__ import annotations
 
 import sys
 
+_RANK_VALUES = {
+    "--session": "session",
+    "--scope": "scope",
+    "--transcript": "transcript",
+    "-k": "k",
+    "--layer": "layer",
+    "--turn": "turn",
+}
+_RANK_FLAGS = {"--no-log": "no_log", "--json": "json", "--autostart": "autostart"}
 
-def _rank_parser():
-    import argparse
 
-    p = argparse.ArgumentParser(prog="cairn rank", add_help=False)
-    p.add_argument("prompt", nargs="?")
-    p.add_argument("--session", default="cli")
-    p.add_argument("--scope")
-    p.add_argument("--transcript")
-    p.add_argument("-k", type=int)
-    p.add_argument("--layer", default="prompt")
-    p.add_argument("--turn", type=int)
-    p.add_argument("--no-log", action="store_true")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--autostart", action="store_true")
-    return p
+def parse_rank(argv: list[str]) -> dict | None:
+    """`cairn rank`'s arguments, parsed by hand (argparse costs ~10 ms of imports on the hot path): the prompt and
+    the options as Typer's `rank` takes them (`--opt value`, `--opt=value`, `-k5`, `--` before a prompt that
+    starts with a dash). None for anything else (an unknown option, a missing or bad value, a second prompt):
+    Typer words the usage error."""
+    out: dict = {"prompt": None, "session": "cli", "scope": None, "transcript": None, "k": None, "layer": "prompt"}
+    out.update({"turn": None, "no_log": False, "json": False, "autostart": False})
+    args = iter(argv)
+    options = True
+    for arg in args:
+        if options and arg == "--":
+            options = False
+            continue
+        if options and arg.startswith("-") and arg != "-":
+            name, eq, value = arg.partition("=")
+            if name in _RANK_FLAGS and not eq:
+                out[_RANK_FLAGS[name]] = True
+                continue
+            if name not in _RANK_VALUES:
+                if not (arg.startswith("-k") and not arg.startswith("--")):
+                    return None
+                name, eq, value = "-k", "=", arg[2:]
+            if not eq:
+                value = next(args, None)
+                if value is None:
+                    return None
+            out[_RANK_VALUES[name]] = value
+            continue
+        if out["prompt"] is not None:
+            return None
+        out["prompt"] = arg
+    for key in ("k", "turn"):
+        if out[key] is not None:
+            try:
+                out[key] = int(out[key])
+            except ValueError:
+                return None
+    return out
 
 
 def fast_rank(argv: list[str]) -> int:
@@ -29,25 +62,20 @@ def fast_rank(argv: list[str]) -> int:
     from cairn_cli.hotpath import MAX_TURN
 
     try:
-        args, unknown = _rank_parser().parse_known_args(argv)
+        args = parse_rank(argv)
         if (
-            unknown
-            or (args.k is not None and not 1 <= args.k <= 100)
-            or (args.turn is not None and not 0 <= args.turn <= MAX_TURN)
+            args is None
+            or (args["k"] is not None and not 1 <= args["k"] <= 100)
+            or (args["turn"] is not None and not 0 <= args["turn"] <= MAX_TURN)
         ):
             return _typer(["rank", *argv])  # let Typer word the usage error
         from cairn_cli.daemon import dispatch
         from cairn_cli.hotpath import emit_rank, rank_fields, read_prompt
 
-        prompt = read_prompt(args.prompt)
-        result = dispatch.rank(
-            rank_fields(
-                prompt, args.session, args.scope, args.transcript, args.k, args.layer, args.turn, not args.no_log
-            ),
-            {},
-            autostart=args.autostart,
-        )
-        emit_rank(result, args.json)
+        prompt = read_prompt(args["prompt"])
+        fields = [args[k] for k in ("session", "scope", "transcript", "k", "layer", "turn")]
+        result = dispatch.rank(rank_fields(prompt, *fields, not args["no_log"]), {}, autostart=args["autostart"])
+        emit_rank(result, args["json"])
         return 0
     except CairnError as exc:
         sys.stderr.write(f"error: {exc.one_line()}\n")

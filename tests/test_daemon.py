@@ -479,12 +479,43 @@ def test_the_lean_entry_accepts_exactly_the_typer_options():
     import typer.main
 
     from cairn_cli.cli import app
-    from cairn_cli.entry import _rank_parser
+    from cairn_cli.entry import _RANK_FLAGS, _RANK_VALUES
 
     command = typer.main.get_command(app).commands["rank"]
     typer_opts = {o for p in command.params for o in p.opts if o.startswith("-")}
-    lean_opts = {o for a in _rank_parser()._actions for o in a.option_strings}
-    assert lean_opts == typer_opts
+    assert set(_RANK_VALUES) | set(_RANK_FLAGS) == typer_opts
+
+
+@pytest.mark.parametrize(
+    "argv, want",
+    [
+        (["hello"], {"prompt": "hello"}),
+        (["--scope", "web", "hi", "-k", "3"], {"prompt": "hi", "scope": "web", "k": 3}),
+        (
+            ["--scope=web", "-k7", "--json", "--no-log"],
+            {"prompt": None, "scope": "web", "k": 7, "json": True, "no_log": True},
+        ),
+        (["--turn", "4", "--", "-starts with a dash"], {"prompt": "-starts with a dash", "turn": 4}),
+        (["-", "--session", "s1", "--autostart"], {"prompt": "-", "session": "s1", "autostart": True}),
+        (["--scope", "a", "--scope", "b", "x"], {"prompt": "x", "scope": "b"}),
+        (["-k", "-1", "x"], {"prompt": "x", "k": -1}),  # out of range: fast_rank hands it to Typer
+    ],
+)
+def test_the_lean_rank_parser_reads_what_typer_reads(argv, want):
+    from cairn_cli.entry import parse_rank
+
+    got = parse_rank(argv)
+    assert got is not None and {k: got[k] for k in want} == want
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--bogus", "x"], ["a", "b"], ["--scope"], ["-k", "five"], ["--json=yes"], ["--turn"], ["-x"], ["--sess", "s"]],
+)
+def test_the_lean_rank_parser_leaves_usage_errors_to_typer(argv):
+    from cairn_cli.entry import parse_rank
+
+    assert parse_rank(argv) is None
 
 
 @pytest.mark.slow

@@ -564,8 +564,8 @@ def test_the_fallback_ranks_as_the_rank_engines_table_on_locomo(profile, monkeyp
 @pytest.mark.slow
 def test_the_fallback_imports_no_numpy_and_the_daemon_down_hook_still_injects(cairn_home):
     """Exactly what Claude Code runs with no daemon: `cairn hook prompt` (and `cairn rank`) in a fresh interpreter,
-    CAIRN_DAEMON=auto; the memories are injected from the full-text index, logged as the fallback's, and neither
-    numpy nor a model library is imported."""
+    CAIRN_DAEMON=auto; the memories are injected from the full-text index, logged as the fallback's (deliveries and
+    hook_state, through the lean connection), and neither numpy, a model library nor peewee is imported."""
     assert memories.import_jsonl(EXAMPLES, Settings(), embed=lambda texts: None).added == 18
     db.close_all()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
@@ -574,7 +574,7 @@ def test_the_fallback_imports_no_numpy_and_the_daemon_down_hook_still_injects(ca
     marker = Path(lock.spawn_path(cairn_home))  # "a daemon was just started": the hook's autostart starts none here
     marker.parent.mkdir(parents=True, exist_ok=True)
     marker.write_text(f"{time.time():.3f} 0\n")  # stamped now: within the spawn grace, so no daemon is started
-    heavy = ("numpy", "torch", "transformers", "sentence_transformers", "rich", "typer", "tqdm")
+    heavy = ("numpy", "torch", "transformers", "sentence_transformers", "rich", "typer", "tqdm", "peewee", "argparse")
     payload = {
         "session_id": "down",
         "cwd": "/src/webshop",
@@ -607,6 +607,10 @@ def test_the_fallback_imports_no_numpy_and_the_daemon_down_hook_still_injects(ca
     )
     assert rows and rows[0][0] == 1 and all(r[1] == "cairn-fallback" for r in rows)
     assert json.loads(rows[0][2])["keywords_bm25"] > 0 and json.loads(rows[0][2])["ranker"] == "cairn-fallback"
+    (state,) = sqlite3.connect(cairn_home / "ephemeral.db").execute(
+        "SELECT data FROM hook_state WHERE session_id = 'down'"
+    )
+    assert json.loads(state[0])["delivered"][0] == 1
     assert not (cairn_home / "daemon.sock").exists()
 
 

@@ -118,9 +118,15 @@ def _in_process(fields: dict, overrides: dict, *, fallback: str | None) -> dict:
     from cairn_cli.core.store import open_stores
 
     settings = Settings(**overrides)
-    open_stores(settings)
-    engine = RankEngine.lexical_fallback(fallback) if fallback else RankEngine.in_process(settings)
-    return run_rank(RankRequest(**fields), settings, engine).as_dict()
+    lean = open_stores(settings, lean=fallback is not None)  # the fallback: no peewee on a SQLite store (db.open_lean)
+    try:
+        engine = RankEngine.lexical_fallback(fallback) if fallback else RankEngine.in_process(settings)
+        return run_rank(RankRequest(**fields), settings, engine).as_dict()
+    finally:
+        if lean:
+            from cairn_cli import db
+
+            db.close_lean()
 
 
 def embed_with_model(texts: list[str], *, timeout_ms: int | None = None) -> tuple[str, list[list[float]]] | None:

@@ -1,20 +1,47 @@
-"""open_db(): the only place a database connection is made."""
+"""open_db(): the only place a database connection is made.
+
+Two kinds of connection, both made here:
+
+- peewee's (`open_db`, `connect_store`): what the models read and write through, on both stores and both engines,
+  with the migrations applied on open;
+- the lean one (`open_lean`): the stdlib's sqlite3 alone, for the daemon-down fallback of the hook's hot path,
+  where importing peewee would cost more than the ranking (about 2.5x bare python on its own). Only for SQLite
+  stores this process can write that are already at the current schema; anything else opens through peewee.
+
+What the hot path reads and writes (the full-text index, machine state, the deliveries and hook state of one turn)
+is plain SQL through `execute` / `transaction`, which take either kind, so there is one implementation of each
+statement. This module imports peewee only when a peewee connection is made.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import sys
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
-import peewee
-
-from cairn_cli.db import migrations, tables
 from cairn_cli.errors import ConfigError, MissingDependency, NotFound
-from cairn_cli.files import private_file
+
+if TYPE_CHECKING:
+    import peewee
+
+    from cairn_cli.db.lean import LeanSqlite
 
 _SQLITE_PRAGMAS = {"journal_mode": "wal", "foreign_keys": 1, "busy_timeout": 5000, "synchronous": "normal"}
 _open: dict[tuple[str, str], peewee.Database] = {}
+_lean: dict[str, LeanSqlite] = {}  # kind -> the lean connection this process ranks through (open_lean)
+_writing: dict[str, str | None] = {"instance": None}  # the instance id new rows carry (core/store.open_stores)
+
+
+def set_writing_instance(instance: str | None) -> None:
+    _writing["instance"] = instance
+
+
+def writing_instance() -> str | None:
+    """Who writes the rows of this process (every `instance` column): a store several machines share says which."""
+    return _writing["instance"]
 
 
 _MISSING_HINT = {
@@ -23,16 +50,30 @@ _MISSING_HINT = {
 }
 
 
+def _sqlite_path(url: str) -> Path | None:
+    """The file of a sqlite:/// URL; None for an in-memory one (ValueError: not a SQLite URL)."""
+    parsed = urlparse(url)
+    if parsed.scheme != "sqlite":
+        raise ValueError(url)
+    raw = unquote(parsed.path if not parsed.netloc else parsed.netloc + parsed.path)
+    if raw in ("", "/:memory:", ":memory:"):
+        return None
+    return Path(raw[1:] if raw.startswith("//") else raw)
+
+
 def _connect(kind: str, url: str, *, create: bool) -> peewee.Database:
+    import peewee
+
     parsed = urlparse(url)
     if parsed.scheme == "sqlite":
-        raw = unquote(parsed.path if not parsed.netloc else parsed.netloc + parsed.path)
-        if raw in ("", "/:memory:", ":memory:"):
+        path = _sqlite_path(url)
+        if path is None:
             return peewee.SqliteDatabase(":memory:", pragmas=_SQLITE_PRAGMAS)
-        path = Path(raw[1:] if raw.startswith("//") else raw)
         if not path.exists():
             if not create:  # a command that only reads never makes a store (a mistyped --db-url would)
                 raise NotFound(f"no {kind} store at {path}", _MISSING_HINT[kind])
+            from cairn_cli.files import private_file
+
             try:  # private: prompts and memories are nobody else's to read (SQLite gives -wal/-shm the same mode)
                 private_file(path)
             except OSError as exc:
@@ -58,7 +99,16 @@ def _connect(kind: str, url: str, *, create: bool) -> peewee.Database:
     raise ConfigError(f"unsupported database URL {safe_url(url)!r}", "use sqlite:///path or postgresql://user@host/db")
 
 
-def _open_one(kind: str, url: str, proxy: peewee.DatabaseProxy, registry, *, create: bool) -> peewee.Database:
+def _open_one(kind: str, url: str, *, create: bool) -> peewee.Database:
+    import peewee
+
+    from cairn_cli.db import migrations, tables
+
+    registry = migrations.REGISTRIES[kind]
+    proxy = tables.PROXIES[kind]
+    lean = _lean.pop(kind, None)  # from here on this process writes `kind` through peewee
+    if lean is not None:
+        lean.close()
     key = (kind, url)
     db = _open.get(key)
     if db is None:
@@ -99,7 +149,7 @@ def retry_conflicts(fn, *, attempts: int = 5, sleep=None):
     for attempt in range(attempts):
         try:
             return fn()
-        except peewee.DatabaseError as exc:
+        except errors() as exc:
             if attempt == attempts - 1 or conflict_code(exc) is None:
                 raise
             sleep(0.05 * (2**attempt) * (0.5 + random.random()))
@@ -143,6 +193,8 @@ def _read_only(db: peewee.Database, registry) -> peewee.Database | None:
     """A SQLite store this process may read but not write (another account's, a read-only mount): opened
     read-only so that ranking still works; every write then fails and its caller says so. None when it cannot be
     read either, or lacks a migration (its tables would not be what cairn expects)."""
+    import peewee
+
     if not isinstance(db, peewee.SqliteDatabase) or db.database == ":memory:":
         return None
     # mode=ro reads a WAL store whose shared-memory file it may use; else immutable: read as it is on disk
@@ -163,31 +215,31 @@ def _read_only(db: peewee.Database, registry) -> peewee.Database | None:
 
 def open_memory_db(url: str, *, create: bool = True) -> peewee.Database:
     """Connect the persistent memory store, apply pending migrations once per process, bind the models."""
-    return _open_one("memory", url, tables.memory_proxy, migrations.MEMORY_MIGRATIONS, create=create)
+    return _open_one("memory", url, create=create)
 
 
 def open_ephemeral_db(url: str, *, create: bool = True) -> peewee.Database:
     """Connect the ephemeral store (deliveries, hook state) the same way."""
-    return _open_one("ephemeral", url, tables.ephemeral_proxy, migrations.EPHEMERAL_MIGRATIONS, create=create)
+    return _open_one("ephemeral", url, create=create)
 
 
 def open_db(memory_url: str, ephemeral_url: str, *, create: bool = True) -> tuple[peewee.Database, peewee.Database]:
     return open_memory_db(memory_url, create=create), open_ephemeral_db(ephemeral_url, create=create)
 
 
-REGISTRIES = {"memory": migrations.MEMORY_MIGRATIONS, "ephemeral": migrations.EPHEMERAL_MIGRATIONS}
-PROXIES = {"memory": tables.memory_proxy, "ephemeral": tables.ephemeral_proxy}
-
-
 def connect_store(kind: str, url: str, *, create: bool = True, migrate: bool = True) -> peewee.Database:
     """A connection of its own to the `kind` store at `url` ("memory" or "ephemeral"), migrated to the current
     schema unless `migrate` is False, neither cached nor bound to the models' proxies: a caller that holds two
     databases at once (`cairn db copy`). The caller closes it."""
+    import peewee
+
+    from cairn_cli.db import migrations
+
     database = _connect(kind, url, create=create)
     try:
         database.connect(reuse_if_open=True)
         if migrate:
-            migrations.apply_pending(database, REGISTRIES[kind])
+            migrations.apply_pending(database, migrations.REGISTRIES[kind])
     except peewee.OperationalError as exc:
         database.close()
         raise _open_error(kind, url, exc) from None
@@ -196,17 +248,21 @@ def connect_store(kind: str, url: str, *, create: bool = True, migrate: bool = T
 
 def pending_migrations(kind: str, database: peewee.Database) -> list[str]:
     """The migrations of the `kind` registry not yet applied to `database` (all of them on an empty database)."""
+    from cairn_cli.db import migrations
+
     if not database.table_exists("cairn_migrations"):
-        return [name for name, _ in REGISTRIES[kind]]
+        return [name for name, _ in migrations.REGISTRIES[kind]]
     done = {name for (name,) in database.execute_sql("SELECT name FROM cairn_migrations").fetchall()}
-    return [name for name, _ in REGISTRIES[kind] if name not in done]
+    return [name for name, _ in migrations.REGISTRIES[kind] if name not in done]
 
 
 @contextmanager
 def bound(kind: str, database: peewee.Database) -> Iterator[peewee.Database]:
     """Bind the `kind` models (and every core function that reads through them) to `database` for the block, then
     give the proxy back what it held."""
-    proxy = PROXIES[kind]
+    from cairn_cli.db import tables
+
+    proxy = tables.PROXIES[kind]
     previous = proxy.obj
     proxy.initialize(database)
     try:
@@ -221,3 +277,103 @@ def close_all() -> None:
         if not db.is_closed():
             db.close()
     _open.clear()
+    close_lean()
+
+
+# --- the lean connection, and the SQL both kinds run ---------------------------------------------------------------
+
+
+def open_lean(memory_url: str, ephemeral_url: str) -> bool:
+    """Open both stores through the stdlib's sqlite3 alone (the daemon-down fallback: `execute` and `transaction`
+    then go through these connections). Only when both are SQLite files that exist, that this process may write,
+    and that have every migration this cairn knows; False otherwise, nothing opened: the caller opens them with
+    `open_db` (which creates, migrates, or opens read-only what needs it)."""
+    import os
+
+    from cairn_cli.db.lean import LeanSqlite
+    from cairn_cli.db.schema import MIGRATIONS
+
+    opened: dict[str, LeanSqlite] = {}
+    try:
+        for kind, url in (("memory", memory_url), ("ephemeral", ephemeral_url)):
+            try:
+                path = _sqlite_path(url)
+            except ValueError:
+                return False
+            if path is None or not os.access(path, os.W_OK) or not os.access(path.parent, os.W_OK):
+                return False
+            conn = LeanSqlite.open(str(path), _SQLITE_PRAGMAS)
+            if conn is None:
+                return False
+            opened[kind] = conn
+            if conn.migrations() != set(MIGRATIONS[kind]):
+                return False
+        close_lean()
+        _lean.update(opened)
+        opened = {}
+        return True
+    finally:
+        for conn in opened.values():
+            conn.close()
+
+
+def close_lean() -> None:
+    """Close the lean connections: `execute` and `transaction` go through peewee's again."""
+    for lean in _lean.values():
+        lean.close()
+    _lean.clear()
+
+
+def connection(kind: str) -> Any:
+    """The connection `kind` ("memory" or "ephemeral") is read and written through: the lean one when this process
+    opened it, else the database bound to the models (core/store.open_stores)."""
+    lean = _lean.get(kind)
+    if lean is not None:
+        return lean
+    from cairn_cli.db import tables
+
+    return tables.PROXIES[kind].obj
+
+
+def is_postgres(kind: str) -> bool:
+    return connection(kind).param != "?"
+
+
+def execute(kind: str, sql: str, params: Sequence = ()) -> list[tuple]:
+    """Run one statement written with `?` placeholders on the `kind` store; its rows (none for a write)."""
+    conn = connection(kind)
+    if conn.param != "?":
+        sql = sql.replace("?", conn.param)
+    cursor = conn.execute_sql(sql, params)
+    return cursor.fetchall() if cursor.description is not None else []  # psycopg2: a write has no rows to fetch
+
+
+def transaction(kind: str):
+    """A transaction on the `kind` store (nested: a savepoint), whichever kind of connection it is."""
+    return connection(kind).atomic()
+
+
+def errors() -> tuple[type[BaseException], ...]:
+    """The exceptions a failed statement raises here: sqlite3's (the lean connection) and peewee's (which wraps the
+    drivers'), peewee's only once it is loaded (a process that never imported it cannot have raised them)."""
+    import sqlite3
+
+    peewee = sys.modules.get("peewee")
+    return (sqlite3.Error,) if peewee is None else (sqlite3.Error, peewee.PeeweeException)
+
+
+def timestamp(kind: str, value):
+    """A datetime as the `kind` store's columns hold it: SQLite's text (what peewee writes), PostgreSQL's own."""
+    return str(value) if not is_postgres(kind) else value
+
+
+def __getattr__(name: str):
+    if name == "REGISTRIES":
+        from cairn_cli.db import migrations
+
+        return migrations.REGISTRIES
+    if name == "PROXIES":
+        from cairn_cli.db import tables
+
+        return tables.PROXIES
+    raise AttributeError(name)

@@ -7,36 +7,31 @@ tf, length at keyword weight 2), `fulltext_terms` (document frequency, tf ceilin
 `fulltext_scopes` (counts and total lengths) in step. On PostgreSQL `fulltext_docs.tsv` (a tsvector of the same
 terms, GIN-indexed) finds the memories that contain a term, and the statistics are aggregates.
 
-Statements are plain SQL through the memory store's connection: this is the hook's hot path.
+Statements are plain SQL through the memory store's connection (db.execute), lean or peewee's: this is the hook's
+hot path.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-import peewee
-
-from cairn_cli.db.tables import memory_proxy
+from cairn_cli import db as _store
 
 TSV_MAX_BYTES = 2046  # PostgreSQL's longest lexeme in a tsvector / tsquery (2 KB less one)
 Doc = tuple  # (memory_id, scope, meta, content_len, keyword_len, terms JSON, neighbour group)
 _DOC_COLUMNS = "memory_id, scope, meta, content_len, keyword_len, terms, grp"
 
 
-def _db() -> peewee.Database:
-    return memory_proxy.obj
+def _db():
+    return _store.connection("memory")
 
 
 def is_postgres() -> bool:
-    return isinstance(_db(), peewee.PostgresqlDatabase)
+    return _store.is_postgres("memory")
 
 
 def _sql(sql: str, params: Sequence = ()) -> list[tuple]:
-    db = _db()
-    if db.param != "?":
-        sql = sql.replace("?", db.param)
-    cursor = db.execute_sql(sql, params)
-    return cursor.fetchall() if cursor.description is not None else []  # psycopg2: a write has no rows to fetch
+    return _store.execute("memory", sql, params)
 
 
 def _marks(n: int) -> str:

@@ -12,6 +12,7 @@ import peewee
 
 from cairn_cli.clock import utcnow
 from cairn_cli.db.fields import JSONField
+from cairn_cli.db.schema import MIGRATIONS
 
 Migration = tuple[str, Callable[[peewee.Database], None]]
 
@@ -453,6 +454,10 @@ EPHEMERAL_MIGRATIONS: list[Migration] = [
         ),
     ),
 ]
+
+REGISTRIES: dict[str, list[Migration]] = {"memory": MEMORY_MIGRATIONS, "ephemeral": EPHEMERAL_MIGRATIONS}
+if {kind: tuple(name for name, _ in registry) for kind, registry in REGISTRIES.items()} != MIGRATIONS:
+    raise RuntimeError("cairn_cli/db/schema.py must list the migrations of MEMORY_ and EPHEMERAL_MIGRATIONS")
 
 
 def _ledger(db: peewee.Database) -> type[peewee.Model]:

@@ -8,22 +8,12 @@ from __future__ import annotations
 import peewee
 
 from cairn_cli.clock import utcnow
+from cairn_cli.db import set_writing_instance, writing_instance  # noqa: F401 (the `instance` columns' default)
 from cairn_cli.db.fields import JSONField
 
 memory_proxy = peewee.DatabaseProxy()
-_writing: dict[str, str | None] = {"instance": None}  # the instance id new rows carry (core/store.open_stores)
-
-
-def set_writing_instance(instance: str | None) -> None:
-    _writing["instance"] = instance
-
-
-def writing_instance() -> str | None:
-    """The default of every `instance` column: who wrote the row, in a store several machines share."""
-    return _writing["instance"]
-
-
 ephemeral_proxy = peewee.DatabaseProxy()
+PROXIES = {"memory": memory_proxy, "ephemeral": ephemeral_proxy}
 
 
 class _MemoryBase(peewee.Model):

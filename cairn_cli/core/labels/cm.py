@@ -10,9 +10,12 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from cairn_cli.core.store.memories import MemoryInput, validate_entry
 from cairn_cli.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from cairn_cli.core.store.memories import MemoryInput
 
 _BLOCK = re.compile(r"\[cm\](.*?)(?:\[/cm\]|\Z)", re.DOTALL | re.IGNORECASE)
 _FENCE = re.compile(r"^\s*```[a-zA-Z]*\s*|\s*```\s*$")
@@ -136,6 +139,8 @@ def parse_cm(text: str, *, source_ref: str | None = None, session_id: str | None
             entry = {k: v for k, v in entry.items() if k in ("content", "keywords", "scope", "kind", "source_ref")}
             entry.setdefault("session_id", session_id)
         try:
+            from cairn_cli.core.store.memories import validate_entry  # the write path's, not the hook's
+
             out.memories.append(validate_entry(entry, default_source_ref=source_ref))
         except InvalidInput as exc:
             out.problems.append(f"m[{i}]: {exc.message}")

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Protocol
 from cairn_cli import config
 from cairn_cli.config import Settings
 from cairn_cli.core.ranking.lexical import GLOBAL_SCOPE, Candidate, ScoreTable, candidate_of
-from cairn_cli.core.store.memories import embedding_text
 
 if TYPE_CHECKING:
     from cairn_cli.core.ranking.scoring import ScoringTable
@@ -183,7 +182,7 @@ class RankEngine:
 
     def _embed_and_store(self, cands: list[Candidate]):
         """Embed memories that have no usable embedding and store it (updated_at untouched: not a new version)."""
-        from cairn_cli.core.store.memories import store_embeddings
+        from cairn_cli.core.store.memories import embedding_text, store_embeddings
 
         if not cands:
             return []

@@ -46,7 +46,6 @@ from cairn_cli.core.ranking.lexical import (
     GLOBAL_SCOPE,
     Candidate,
     Scored,
-    candidate_of,
     unknown_weight,
 )
 from cairn_cli.core.store import fulltext
@@ -537,22 +536,29 @@ def _compose(
 
 
 def _memories(ids: list[int]) -> dict[int, Candidate]:
-    """The memories as the scorer sees them (no embedding: the fallback has no model)."""
-    from cairn_cli.db.tables import Memory
+    """The memories as the scorer sees them (no embedding: the fallback has no model). Plain SQL: the fallback
+    reads through the lean connection."""
+    from cairn_cli import db
 
-    fields = (
-        Memory.id,
-        Memory.content,
-        Memory.keywords,
-        Memory.scope,
-        Memory.kind,
-        Memory.confidence,
-        Memory.updated_at,
-        Memory.source_ref,
-        Memory.session_id,
-    )
     out = {}
     for start in range(0, len(ids), 500):
-        for m in Memory.select(*fields).where(Memory.id.in_(ids[start : start + 500])):
-            out[m.id] = candidate_of(m, has_embedding=False)
+        chunk = ids[start : start + 500]
+        for memory_id, content, keywords, scope, kind, confidence, updated_at, source_ref, session_id in db.execute(
+            "memory",
+            "SELECT id, content, keywords, scope, kind, confidence, updated_at, source_ref, session_id FROM memories "
+            f"WHERE id IN ({', '.join('?' * len(chunk))})",
+            chunk,
+        ):
+            out[memory_id] = Candidate(
+                id=memory_id,
+                content=content,
+                keywords=list(orjson.loads(keywords) if keywords else []),
+                scope=scope,
+                kind=kind,
+                confidence=confidence,
+                updated_at=dt.datetime.fromisoformat(updated_at) if isinstance(updated_at, str) else updated_at,
+                source_ref=source_ref,
+                has_embedding=False,
+                session_id=session_id,
+            )
     return out

@@ -10,8 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from peewee import DatabaseError
-
+from cairn_cli import db
 from cairn_cli.config import Settings
 from cairn_cli.core.ranking.context import ContextWindow, build_context_window
 from cairn_cli.core.ranking.engine import RankEngine
@@ -163,7 +162,7 @@ def rank(request: RankRequest, settings: Settings, engine: RankEngine) -> RankRe
     if request.log:
         try:
             log_turn(request, result, scope or GLOBAL_SCOPE, settings)
-        except DatabaseError as exc:  # a read-only or broken delivery log: inject anyway, say what was not logged
+        except db.errors() as exc:  # a read-only or broken delivery log: inject anyway, say what was not logged
             result.delivery_ids = []
             result.notes.append(f"not logged (deliveries, hook state): {type(exc).__name__}: {exc}")
     clock.lap("log")
@@ -281,9 +280,8 @@ def log_turn(request: RankRequest, result: RankResult, scope: str, settings: Set
     """The one place a ranking is written: a delivery per shown memory with its provenance, and the turn's
     hook_state (prompt, scope, rules version, arm: what Stop and engagement need later), in one transaction."""
     from cairn_cli.core.store import hookstate
-    from cairn_cli.db.tables import ephemeral_proxy
 
-    with ephemeral_proxy.atomic():
+    with db.transaction("ephemeral"):
         if result.items:
             result.delivery_ids = deliveries.record(
                 [

@@ -45,13 +45,20 @@ def instance_id(settings: Settings) -> str:
     return _instances[home]
 
 
-def open_stores(settings: Settings, *, create: bool = True) -> None:
+def open_stores(settings: Settings, *, create: bool = True, lean: bool = False) -> bool:
     """Bind the memory store and the delivery log. `create=False` (commands that only read): a store that does
     not exist yet is an error naming it, never a new empty file (a mistyped --db-url must not make a store).
-    Every row written from here on carries this instance's id (`instance_id`)."""
+    `lean` (the daemon-down fallback of the hook's hot path): SQLite stores at the current schema are opened
+    without peewee (db.open_lean; True returned), and only what ranking and logging a turn need may be used until
+    db.close_lean(). Every row written from here on carries this instance's id (`instance_id`)."""
+    from cairn_cli import db
     from cairn_cli.core.store import fulltext
-    from cairn_cli.db import open_db, tables
 
-    open_db(config.memory_db_url(settings.DB_URL), config.ephemeral_db_url(settings.EPHEMERAL_DB_URL), create=create)
-    tables.set_writing_instance(instance_id(settings))
+    memory_url = config.memory_db_url(settings.DB_URL)
+    ephemeral_url = config.ephemeral_db_url(settings.EPHEMERAL_DB_URL)
+    opened_lean = lean and db.open_lean(memory_url, ephemeral_url)
+    if not opened_lean:
+        db.open_db(memory_url, ephemeral_url, create=create)
+    db.set_writing_instance(instance_id(settings))
     fulltext.sync_if_behind()  # memories a write did not index (the migration that made the index queues them all)
+    return opened_lean

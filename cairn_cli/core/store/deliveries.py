@@ -57,31 +57,46 @@ class DeliveryView:
 
 
 def next_turn(session_id: str, settings: Settings) -> int:
-    from peewee import fn
-
-    from cairn_cli.db.tables import HookState, MemoryDelivery
+    from cairn_cli import db
 
     last = max(
-        MemoryDelivery.select(fn.MAX(MemoryDelivery.turn)).where(MemoryDelivery.session_id == session_id).scalar() or 0,
-        HookState.select(fn.MAX(HookState.turn)).where(HookState.session_id == session_id).scalar() or 0,
+        db.execute("ephemeral", f"SELECT MAX(turn) FROM {table} WHERE session_id = ?", (session_id,))[0][0] or 0
+        for table in ("memory_deliveries", "hook_state")
     )
     return last + 1
 
 
-def record(rows: list[DeliveryInput], settings: Settings) -> list[int]:
-    """Insert the rows in one transaction; every memory id must exist. Returns the new delivery ids."""
-    from cairn_cli.db.tables import Memory, MemoryDelivery, ephemeral_proxy
+_DELIVERY_COLUMNS = tuple(DeliveryInput.__dataclass_fields__) + ("delivered_at", "instance")
 
-    ids = {r.memory_id for r in rows}
-    known = {m.id for m in Memory.select(Memory.id).where(Memory.id.in_(list(ids)))} if ids else set()
-    missing = sorted(ids - known)
+
+def record(rows: list[DeliveryInput], settings: Settings) -> list[int]:
+    """Insert the rows in one transaction; every memory id must exist. Returns the new delivery ids. Plain SQL:
+    the hot path logs through the lean connection too."""
+    import orjson
+
+    from cairn_cli import db
+
+    ids = sorted({r.memory_id for r in rows})
+    known = (
+        {r[0] for r in db.execute("memory", f"SELECT id FROM memories WHERE id IN ({', '.join('?' * len(ids))})", ids)}
+        if ids
+        else set()
+    )
+    missing = sorted(set(ids) - known)
     if missing:
         raise NotFound(f"unknown memory id(s) {missing}", "see `cairn memory list`; nothing was logged")
     out = []
-    now = utcnow()
-    with ephemeral_proxy.atomic():
+    now = db.timestamp("ephemeral", utcnow())
+    instance = db.writing_instance()
+    sql = (
+        f"INSERT INTO memory_deliveries ({', '.join(_DELIVERY_COLUMNS)}) "
+        f"VALUES ({', '.join('?' * len(_DELIVERY_COLUMNS))}) RETURNING id"
+    )
+    with db.transaction("ephemeral"):
         for row in rows:
-            out.append(MemoryDelivery.create(delivered_at=now, **asdict(row)).id)
+            values = asdict(row)
+            values["score_components"] = orjson.dumps(values["score_components"]).decode()
+            out.append(db.execute("ephemeral", sql, [*values.values(), now, instance])[0][0])
     return out
 
 

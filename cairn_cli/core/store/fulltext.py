@@ -77,12 +77,12 @@ def sync(batch: int = 2000) -> int:
     """Index the queued memories (their rows replaced, a superseded one's dropped), in the caller's transaction if
     there is one, else a transaction per batch: a first open that indexes a large store (~0.4 ms a memory) and is
     interrupted keeps what it did. Returns how many were queued."""
+    from cairn_cli import db
     from cairn_cli.db import fulltext as sql
-    from cairn_cli.db.tables import memory_proxy
 
     done = 0
     while True:
-        with memory_proxy.atomic():
+        with db.transaction("memory"):
             ids = sql.pending(batch)
             if not ids:
                 return done
@@ -100,11 +100,11 @@ def is_behind() -> bool:
 
 def sync_if_behind() -> str | None:
     """Index the queued memories if there are any; what failed (a read-only store) or None."""
-    from peewee import DatabaseError
+    from cairn_cli import db
 
     try:
         if is_behind():
             sync()
-    except DatabaseError as exc:
+    except db.errors() as exc:
         return f"{type(exc).__name__}: {exc}"
     return None

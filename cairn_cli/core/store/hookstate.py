@@ -9,13 +9,18 @@ PROMPT_CHARS = 4000  # what engagement needs of the prompt (its terms), not the 
 
 
 def record_turn(session_id: str, turn: int, *, context_key: str, hook: dict) -> None:
-    """Create or update the turn's row (the ephemeral store is open; the caller holds the transaction)."""
-    from cairn_cli.db.tables import HookState
+    """Create or update the turn's row (the ephemeral store is open; the caller holds the transaction). Plain SQL:
+    the hot path writes it through the lean connection too."""
+    import orjson
+
+    from cairn_cli import db
 
     data = {k: v for k, v in hook.items() if k not in ("transcript_path", "agent_id", "is_subagent", "arm")}
     if isinstance(data.get("prompt"), str):
         data["prompt"] = data["prompt"][:PROMPT_CHARS]
-    row = HookState.get_or_none((HookState.session_id == session_id) & (HookState.turn == turn))
+    rows = db.execute(
+        "ephemeral", "SELECT id, data FROM hook_state WHERE session_id = ? AND turn = ?", (session_id, turn)
+    )
     fields = {
         "transcript_path": hook.get("transcript_path"),
         "agent_id": hook.get("agent_id"),
@@ -23,10 +28,28 @@ def record_turn(session_id: str, turn: int, *, context_key: str, hook: dict) -> 
         "arm": hook.get("arm"),
         "context_key": context_key,
     }
-    if row is None:
-        HookState.create(session_id=session_id, turn=turn, data=data, created_at=utcnow(), **fields)
+    if not rows:
+        values = {
+            "session_id": session_id,
+            "turn": turn,
+            **fields,
+            "data": orjson.dumps(data).decode(),
+            "created_at": db.timestamp("ephemeral", utcnow()),
+            "instance": db.writing_instance(),
+        }
+        db.execute(
+            "ephemeral",
+            f"INSERT INTO hook_state ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
+            list(values.values()),
+        )
     else:
-        HookState.update(data={**(row.data or {}), **data}, **fields).where(HookState.id == row.id).execute()
+        row_id, stored = rows[0]
+        values = {**fields, "data": orjson.dumps({**(orjson.loads(stored) if stored else {}), **data}).decode()}
+        db.execute(
+            "ephemeral",
+            f"UPDATE hook_state SET {', '.join(f'{k} = ?' for k in values)} WHERE id = ?",
+            [*values.values(), row_id],
+        )
 
 
 def get_turn(session_id: str, turn: int):

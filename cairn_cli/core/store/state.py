@@ -21,10 +21,16 @@ class StateValue:
 
 
 def get(key: str, settings: Settings, default: Any = None) -> Any:
-    from cairn_cli.db.tables import MachineState
+    """The value of `key` (plain SQL: the hot path reads the floors and the generation rules through the lean
+    connection too)."""
+    import orjson
 
-    row = MachineState.get_or_none(MachineState.key == key)
-    return default if row is None else row.value
+    from cairn_cli import db
+
+    rows = db.execute("memory", "SELECT value FROM machine_state WHERE key = ?", (key,))
+    if not rows:
+        return default
+    return None if rows[0][0] is None else orjson.loads(rows[0][0])
 
 
 def describe(key: str, settings: Settings) -> StateValue:
