@@ -214,7 +214,6 @@ def _compose(
 ) -> RankResult:
     """The result: the turn, this prompt's A/B arm, the rules, the memories and the block within the injection
     limit (a memory the block cannot hold is not delivered)."""
-    from cairn_cli.core.experiment import ab
     from cairn_cli.core.experiment import rules as generation_rules
 
     turn = request.turn if request.turn is not None else deliveries.next_turn(request.session_id, settings)
@@ -223,6 +222,8 @@ def _compose(
         live = generation_rules.live(settings)
         version = live.version
         if request.hook is not None:  # the write-side A/B: this prompt's arm, and the version its memories carry
+            from cairn_cli.core.experiment import ab
+
             arm, version, instruction = ab.assign(
                 request.session_id,
                 turn,

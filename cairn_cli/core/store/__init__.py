@@ -20,10 +20,7 @@ def instance_id(settings: Settings) -> str:
     home = config.home_dir()
     if home not in _instances:
         import os
-        import secrets
         import socket
-
-        from cairn_cli.files import atomic_write, private_dir
 
         path = os.path.join(home, INSTANCE_FILE)
         host = "".join(c if c.isalnum() or c in "-." else "-" for c in socket.gethostname())[:40] or "host"
@@ -34,7 +31,11 @@ def instance_id(settings: Settings) -> str:
             value = ""
         except OSError:  # another account's home (a read-only store): the host alone, nothing written
             value = host
-        if not value:
+        if not value:  # the first run in this home (the hot path only reads it, with no more imports than this)
+            import secrets
+
+            from cairn_cli.files import atomic_write, private_dir
+
             value = f"{host}-{secrets.token_hex(3)}"
             try:
                 private_dir(home)
