@@ -22,6 +22,7 @@ draw is a hash of the query (a retried prompt explores the same way); the explor
 from __future__ import annotations
 
 import hashlib
+import time
 from dataclasses import dataclass, field
 
 from cairn_cli.config import Settings
@@ -42,6 +43,7 @@ class Selection:
     reranker_model: str = NO_RERANKER
     notes: list[str] = field(default_factory=list)
     weights: dict = field(default_factory=dict)  # the profile's, as applied
+    rerank_ms: float = 0.0  # the rerank stage's wall time (cross-encoder, floor, blend): what the plan's budget bounds
 
 
 def select(
@@ -99,9 +101,13 @@ def select(
     if reranker is None:
         depth = positive[: max(k, settings.RERANK_CANDIDATES)]
         return Selection(explored(depth, k, query, explore), dropped, notes=notes, weights=weights)
+    t0 = time.perf_counter()
     kept, dropped["floor"] = rerank_stage(positive[:candidates], query, reranker, settings.RERANK_BLEND, prompt=prompt)
+    stage_ms = (time.perf_counter() - t0) * 1000.0
     chosen = explored(kept, k, query, explore)
-    return Selection(chosen, dropped, reranked=True, reranker_model=reranker.name, notes=notes, weights=weights)
+    return Selection(
+        chosen, dropped, reranked=True, reranker_model=reranker.name, notes=notes, weights=weights, rerank_ms=stage_ms
+    )
 
 
 def _uniform(query: str, salt: str) -> float:

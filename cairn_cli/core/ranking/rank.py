@@ -150,7 +150,9 @@ def rank(request: RankRequest, settings: Settings, engine: RankEngine) -> RankRe
         floor=floor,
         explore=settings.EXPLORE_RATE if request.hook is not None else 0.0,  # hook prompts only: they get graded
     )
-    clock.lap("rerank" if selection.reranked else "score")
+    clock.lap("score")
+    if selection.reranked:  # the composite's scoring and the rerank stage apart: the plan's budget bounds the latter
+        clock.split("score", "rerank", selection.rerank_ms)
     notes.extend(selection.notes)
     dropped = {"prefilter": entry.prefiltered(scope), **selection.dropped}
     in_scope = entry.in_scope_count(scope)
@@ -200,6 +202,11 @@ class _Clock:
         now = time.perf_counter()
         self.laps[name] = round((now - self.last) * 1000, 2)
         self.last = now
+
+    def split(self, name: str, part: str, part_ms: float) -> None:
+        """Move `part_ms` of lap `name` into a lap of its own, `part`."""
+        self.laps[part] = round(part_ms, 2)
+        self.laps[name] = round(max(0.0, self.laps[name] - part_ms), 2)
 
 
 def _compose(
