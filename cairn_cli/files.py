@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import tempfile
 from collections.abc import Iterator
 
 PRIVATE_DIR = 0o700
@@ -53,6 +52,8 @@ def atomic_write(
     os.makedirs(folder, exist_ok=True)
     if mode is None:
         mode = os.stat(path).st_mode & 0o7777 if os.path.exists(path) else PRIVATE_FILE
+    import tempfile  # here: the hook's log line (append_line) is on the hot path, tempfile is not
+
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
