@@ -359,7 +359,7 @@ def errors() -> tuple[type[BaseException], ...]:
     import sqlite3
 
     peewee = sys.modules.get("peewee")
-    return (sqlite3.Error,) if peewee is None else (sqlite3.Error, peewee.PeeweeException)
+    return (sqlite3.Error,) if peewee is None else (sqlite3.Error, peewee.DatabaseError)
 
 
 def timestamp(kind: str, value):
