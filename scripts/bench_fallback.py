@@ -408,7 +408,7 @@ def write(results: dict, out: Path, args, sizes: list[int]) -> None:
         "",
         f"- date: {results['date']}; CPU: {results['cpu']}, {results['cores']} cores (shared); flags: {flags}",
         f"- command: `python scripts/bench_fallback.py --sizes {args.sizes} --runs {args.runs}`; every run times "
-        "bare python and both paths at every size, in an order rotating from run to run; p50 / p95 of each",
+        "bare python and every path at every size, in an order rotating from run to run; p50 / p95 of each",
         f"- memories: {results['text']}; prompts: LoCoMo questions, scope `{SCOPE}`, k=5, deliveries logged; "
         f"context window: prompt + the last turns of {results['transcript'] or 'no transcript'}",
         f"- baseline: the fallback of {results['baseline_ref']} (before the index): BM25 in Python (numpy) over the "

@@ -780,7 +780,9 @@ def report(result: dict, out: Path) -> str:
         f"CPU flags: {' '.join(c['flags'])}.",
         "",
         "Replayed: the dev conversations but the held-out ones "
-        f"({result['replayed']}, first {result['max_prompts'] or 'all'} questions each), sessions of "
+        f"({result['replayed']}, "
+        + (f"first {result['max_prompts']} questions each" if result["max_prompts"] else "all their questions")
+        + "), sessions of "
         f"{result['session_size']} prompts interleaved across projects, each prompt through `cairn hook prompt` and "
         "its reply (gold answer + `[cm]` block of `rg` grades of what was shown) through `cairn hook stop`; "
         f"`cairn train-reranker --auto` every {result['every']} labels as cron runs it "
