@@ -260,8 +260,9 @@ def learnt_margin(fit: Throughput, calls: list[tuple[int, float]]) -> tuple[floa
 
 def replan(plan: dict, calls: list[tuple[int, float]], settings: Settings) -> Plan | None:
     """The plan chosen again with the margin the live stage's `calls` show (see the module note), with what it was
-    learnt from; a margin that moved more than 5% is kept in machine state (a smaller move leaves the margin and
-    the plan as they are). None when there is too little to learn from."""
+    learnt from; a margin that moved more than 5%, or rose at all while the plan's stage at it exceeds the budget,
+    is kept in machine state (a smaller move leaves the margin and the plan as they are). None when there is too
+    little to learn from."""
     from cairn_cli.core.store import state
 
     key = plan.get("key")
@@ -275,7 +276,9 @@ def replan(plan: dict, calls: list[tuple[int, float]], settings: Settings) -> Pl
         return None
     margin, observed = learnt_margin(fit, calls[-OBSERVE_WINDOW:])
     old = float(cached.get("margin", P95_MARGIN))
-    if abs(margin - old) <= 0.05 * old:
+    # a small move is noise, unless the stage as observed no longer fits the budget: that is always acted on
+    over = fit.ms(int(plan["candidates"])) * margin > float(plan.get("budget_ms") or settings.RERANK_BUDGET_MS)
+    if abs(margin - old) <= 0.05 * old and not (margin > old and over):
         same = _plan(cached, key, settings)
         same.observed = observed
         return same
