@@ -219,3 +219,14 @@ def test_repeated_windows_cost_nothing_the_second_time(student):
     first = r.logits("the tests fail", texts, precision="fp32", max_length=64)
     r._variants["fp32"] = None  # a second forward pass would fail now
     assert r.logits("the tests fail", texts, precision="fp32", max_length=64) == first
+
+
+@pytest.mark.slow
+def test_numpy_blas_keeps_to_one_thread_beside_torch(student):
+    """Once torch runs in a process, numpy's BLAS has one thread: its spinning idle threads would slow the rerank
+    stage that follows the composite's matvec (measured: 68 -> 126 ms p50 at 10k memories, bench/hot_path.md)."""
+    from threadpoolctl import threadpool_info
+
+    _reranker(student)  # loads torch and the model; the thread counts are applied on every model load
+    blas = [i for i in threadpool_info() if i["user_api"] == "blas"]
+    assert blas and all(i["num_threads"] == 1 for i in blas), blas

@@ -1,6 +1,7 @@
 """What this machine can run, asked of the machine and never assumed: its CPU flags (bf16 only where the CPU
-really has AVX-512 BF16 or AMX), and the one place torch's intra-op thread count is set. Also the offline switch
-every model load goes through. Stdlib at import (torch only when threads are applied)."""
+really has AVX-512 BF16 or AMX), and the one place torch's intra-op thread count is set (and numpy's BLAS kept to
+one thread beside it). Also the offline switch every model load goes through. Stdlib at import (torch only when
+threads are applied)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from functools import lru_cache
 
 _BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 _threads_wanted = 0  # 0: min(4, the cores)
+_blas_limited = False
 
 
 def offline() -> None:
@@ -60,4 +62,22 @@ def apply_torch_threads() -> int | None:
     n = _threads_wanted or max(1, min(4, os.cpu_count() or 1))
     if torch.get_num_threads() != n:
         torch.set_num_threads(n)
+    limit_blas_threads()
     return torch.get_num_threads()
+
+
+def limit_blas_threads() -> None:
+    """numpy's BLAS (OpenBLAS) to one thread in a process that runs torch. Its idle threads spin-wait for a while
+    after a matmul, on the cores torch is about to use: on this 2-core machine the composite's 10k x 384 matvec just
+    before the rerank stage took that stage from 68 to 126 ms p50 (bench/hot_path.md). One thread does the matvec
+    in about a millisecond."""
+    global _blas_limited
+    if _blas_limited:
+        return
+    try:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(1, user_api="blas")  # applied now, kept for the process's life
+    except Exception:  # no threadpoolctl, or a BLAS it cannot drive: the stage is only slower
+        return
+    _blas_limited = True
