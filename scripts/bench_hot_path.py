@@ -188,9 +188,18 @@ def fresh(i: int) -> str:
     return f"{PROMPTS[i % len(PROMPTS)]} (attempt {next(_RUN)})"
 
 
-def timed(cmd: list[str], env: dict, runs: int, *, hook: bool = False) -> list[float]:
+def bare_run(into: list[float] | None) -> None:
+    """One `python -c pass`, timed into `into` (a row's own baseline, run by run beside it); None: nothing."""
+    if into is not None:
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], capture_output=True)
+        into.append((time.perf_counter() - t0) * 1000)
+
+
+def timed(cmd: list[str], env: dict, runs: int, *, hook: bool = False, bare: list[float] | None = None) -> list[float]:
     out = []
     for i in range(runs):
+        bare_run(bare)
         args = [a.replace("{prompt}", fresh(i)) for a in cmd]
         stdin = hook_payload(fresh(i)) if hook else None
         t0 = time.perf_counter()
@@ -234,10 +243,11 @@ def wait_for_plan(home: Path, env: dict, budget: float, timeout_s: float = 900) 
     raise SystemExit(f"the daemon did not plan the student for a {budget} ms budget")
 
 
-def stage_times(env: dict, runs: int) -> tuple[list[float], list[float], dict]:
+def stage_times(env: dict, runs: int, bare: list[float] | None = None) -> tuple[list[float], list[float], dict]:
     """(whole-process ms, the rerank stage's ms as the daemon timed it, one result's plan) of `cairn rank`."""
     whole, stage, plan = [], [], {}
     for i in range(runs):
+        bare_run(bare)
         args = [a.replace("{prompt}", fresh(i)) for a in rank_cmd()] + ["--json"]
         t0 = time.perf_counter()
         proc = subprocess.run(args, env=env, capture_output=True, text=True)
@@ -250,10 +260,15 @@ def stage_times(env: dict, runs: int) -> tuple[list[float], list[float], dict]:
     return whole, stage, plan
 
 
-def stats(ms: list[float], bare: float) -> dict:
+def stats(ms: list[float], bare: float | list[float]) -> dict:
+    """p50, p95 and the ratio of the p50 to bare python's: `bare` a p50, or the row's own interleaved bare runs."""
     p50 = statistics.median(ms)
     p95 = metrics.percentile(ms, 95)
-    return {"p50_ms": round(p50, 1), "p95_ms": round(p95, 1), "x_bare": round(p50 / bare, 2), "n": len(ms)}
+    out = {"p50_ms": round(p50, 1), "p95_ms": round(p95, 1), "n": len(ms)}
+    if isinstance(bare, list):
+        out["bare_p50_ms"] = round(statistics.median(bare), 1)
+        bare = statistics.median(bare)
+    return {**out, "x_bare": round(p50 / bare, 2)}
 
 
 def daemon(home: Path, env: dict, action: str) -> dict:
@@ -290,7 +305,6 @@ def main() -> int:
     results["load_start"] = [round(x, 2) for x in os.getloadavg()]
     bare = timed([sys.executable, "-c", "pass"], dict(os.environ), args.runs)
     results["bare_python"] = stats(bare, statistics.median(bare))
-    bare_p50 = statistics.median(bare)
     with tempfile.TemporaryDirectory() as tmp:
         for n in sizes:
             home = Path(tmp) / f"s{n}"
@@ -304,7 +318,8 @@ def main() -> int:
             daemon(home, env_c, "start")
             check_path(home, env_c, "cairn", "none")
             timed(rank_cmd(), env_c, 3)  # warm the scoring table
-            row["daemon_composite"] = stats(timed(rank_cmd(), env_c, args.runs), bare_p50)
+            beside: list[float] = []  # each row's own bare python runs, one before each of its runs
+            row["daemon_composite"] = stats(timed(rank_cmd(), env_c, args.runs, bare=beside), beside)
             # composite + the student's rerank stage (same daemon, reranker on): the budgeted plan, then the
             # unbudgeted stage; and what Claude Code runs, the hook (rules, A/B draw, hook_state), on each
             for name, (extra, _) in PLANS.items():
@@ -326,8 +341,9 @@ def main() -> int:
                     }
                     row["plan_learnt"]["margins"] = margins  # at the start, then after each warm-up window
                     row["plan_fitted"] = {k: plan.get(k) for k in ("reason", "margin", "candidates", "max_length")}
-                whole, stage, used = stage_times(env_r, args.runs)
-                row[f"daemon_rerank_{name}"] = {**stats(whole, bare_p50), "plan": used}
+                beside = []
+                whole, stage, used = stage_times(env_r, args.runs, bare=beside)
+                row[f"daemon_rerank_{name}"] = {**stats(whole, beside), "plan": used}
                 row[f"stage_{name}"] = (
                     {
                         "p50_ms": round(statistics.median(stage), 1),
@@ -339,8 +355,9 @@ def main() -> int:
                 )
                 env_h = {**env_r, "CAIRN_HOOK_SCOPE": "bench"}
                 timed([CAIRN, "hook", "prompt"], env_h, 2, hook=True)
+                beside = []
                 row[f"hook_prompt_{name}"] = stats(
-                    timed([CAIRN, "hook", "prompt"], env_h, args.runs, hook=True), bare_p50
+                    timed([CAIRN, "hook", "prompt"], env_h, args.runs, hook=True, bare=beside), beside
                 )
                 if name == "plan":
                     row["plan_measured"] = {k: plan.get(k) for k in ("reason", "throughput", "fidelity")}
@@ -349,7 +366,8 @@ def main() -> int:
             daemon(home, env_r, "stop")
             # daemon down: the in-process lexical fallback
             check_path(home, env_c, "cairn-fallback", "none")
-            row["fallback"] = stats(timed(rank_cmd(), env_c, max(5, args.runs // 3)), bare_p50)
+            beside = []
+            row["fallback"] = stats(timed(rank_cmd(), env_c, args.runs, bare=beside), beside)
             results["sizes"][n] = row
             print(f"[{n}] {row}", file=sys.stderr)
     first = results["sizes"][sizes[0]]
@@ -375,12 +393,14 @@ def write(results: dict, out: Path, args, sizes: list[int]) -> None:
         f"- student: the bundled MiniLM + a fresh head, {args.student_layers or 6} transformer layers",
         f"- context: prompt + the last turns of a real transcript ({TRANSCRIPT.name}), k=5, deliveries logged; "
         "the hook rows also draw the A/B arm, print the rules and record hook_state",
-        f"- bare `python -c pass`: p50 {b['p50_ms']} ms, p95 {b['p95_ms']} ms; load average at the start "
-        f"{results.get('load_start')}, at the end {results.get('load_end')}",
+        f"- bare `python -c pass`: p50 {b['p50_ms']} ms, p95 {b['p95_ms']} ms at the start; each row's ratio is to "
+        "its own bare python runs, one before each of its runs (their p50 in the last column), so that a change in "
+        f"the machine's load falls on both; load average at the start {results.get('load_start')}, at the end "
+        f"{results.get('load_end')}",
         "- the composite floor is off (random-vector stores: every prompt pays the full path)",
         "",
-        "| memories | path | p50 ms | p95 ms | × bare python | × the smallest store |",
-        "|---:|---|---:|---:|---:|---:|",
+        "| memories | path | p50 ms | p95 ms | × bare python | × the smallest store | bare python beside it, p50 ms |",
+        "|---:|---|---:|---:|---:|---:|---:|",
     ]
     for n in sizes:
         row = results["sizes"][n]
@@ -399,7 +419,8 @@ def write(results: dict, out: Path, args, sizes: list[int]) -> None:
         for key, label in labels + [("fallback", "daemon down: lexical fallback")]:
             r = row[key]
             lines.append(
-                f"| {n:,} | {label} | {r['p50_ms']} | {r['p95_ms']} | {r['x_bare']} | {r.get('x_smallest', '')} |"
+                f"| {n:,} | {label} | {r['p50_ms']} | {r['p95_ms']} | {r['x_bare']} | {r.get('x_smallest', '')} | "
+                f"{r.get('bare_p50_ms', '')} |"
             )
     lines += [
         "",

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from html import escape
 from pathlib import Path
 
 from cairn_cli.config import Settings
 from cairn_cli.core.store import state
+from cairn_cli.core.text import escape
 
 SHIPPED_VERSION = "gen-1"
 VERSION_KEY = "generation_prompt_version"

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from html import escape
-
 from cairn_cli.core.ranking.context import INJECTION_TAG
+from cairn_cli.core.text import escape
 
 
 def reliability(confidence: float) -> str:
