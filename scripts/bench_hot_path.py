@@ -164,11 +164,26 @@ def make_student(home: Path, layers: int | None = None) -> None:
 
 
 def env_for(home: Path, **extra: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
+    """The environment of the timed processes: byte code cached as an installed cairn has it (`precompile`)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_") and k != "PYTHONDONTWRITEBYTECODE"}
     # the stores are random vectors, which no composite floor would let through: the floor is off so that every
     # prompt pays the full path (abstaining is cheaper)
     env.update({"CAIRN_HOME": str(home), "CAIRN_DAEMON_TIMEOUT_MS": "60000", "CAIRN_COMPOSITE_FLOOR": "off", **extra})
     return env
+
+
+def precompile() -> None:
+    """Byte-compile the cairn_cli that `cairn` imports (pip does it on install; a checkout run under
+    PYTHONDONTWRITEBYTECODE would compile every changed module in every timed process)."""
+    where = subprocess.run(
+        [sys.executable, "-c", "import cairn_cli, os; print(os.path.dirname(cairn_cli.__file__))"],
+        env=env_for(Path(tempfile.gettempdir())),
+        cwd=tempfile.gettempdir(),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    subprocess.run([sys.executable, "-m", "compileall", "-q", where], check=True)
 
 
 def hook_payload(prompt: str) -> str:
@@ -302,6 +317,7 @@ def main() -> int:
 
     sizes = [int(s) for s in args.sizes.split(",")]
     results: dict = {"bare_python": None, "sizes": {}, "cpu_flags": simd_summary(), "cores": os.cpu_count()}
+    precompile()
     results["load_start"] = [round(x, 2) for x in os.getloadavg()]
     bare = timed([sys.executable, "-c", "pass"], dict(os.environ), args.runs)
     results["bare_python"] = stats(bare, statistics.median(bare))
