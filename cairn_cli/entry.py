@@ -22,8 +22,18 @@ def parse_rank(argv: list[str]) -> dict | None:
     the options as Typer's `rank` takes them (`--opt value`, `--opt=value`, `-k5`, `--` before a prompt that
     starts with a dash). None for anything else (an unknown option, a missing or bad value, a second prompt):
     Typer words the usage error."""
-    out: dict = {"prompt": None, "session": "cli", "scope": None, "transcript": None, "k": None, "layer": "prompt"}
-    out.update({"turn": None, "no_log": False, "json": False, "autostart": False})
+    out: dict = {
+        "prompt": None,
+        "session": "cli",
+        "scope": None,
+        "transcript": None,
+        "k": None,
+        "layer": "prompt",
+        "turn": None,
+        "no_log": False,
+        "json": False,
+        "autostart": False,
+    }
     args = iter(argv)
     options = True
     for arg in args:

@@ -175,9 +175,14 @@ def _pg_host(parsed) -> str:
     return socket_dir[-1] if socket_dir else parsed.hostname or "127.0.0.1"
 
 
+def driver_message(exc: BaseException) -> str:
+    """The first line of a driver's error (its class when it says nothing): what a one-line error quotes."""
+    return next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+
+
 def _open_error(kind: str, url: str, exc: Exception) -> ConfigError:
     """One line: which store, where (no password), the driver's first line of why, and the fix."""
-    why = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+    why = driver_message(exc)
     return ConfigError(f"cannot open the {kind} database at {safe_url(url)}: {why}", _hint(url))
 
 
@@ -348,6 +353,18 @@ def execute(kind: str, sql: str, params: Sequence = ()) -> list[tuple]:
     return cursor.fetchall() if cursor.description is not None else []  # psycopg2: a write has no rows to fetch
 
 
+def marks(n: int) -> str:
+    """`n` placeholders, as `execute` takes them."""
+    return ", ".join("?" * n)
+
+
+def insert(kind: str, table: str, values: dict, *, returning: str | None = None):
+    """Insert one row of `values` (column -> value) into `table`; the new row's `returning` column when asked."""
+    sql = f"INSERT INTO {table} ({', '.join(values)}) VALUES ({marks(len(values))})"
+    rows = execute(kind, sql + (f" RETURNING {returning}" if returning else ""), list(values.values()))
+    return rows[0][0] if returning else None
+
+
 def transaction(kind: str):
     """A transaction on the `kind` store (nested: a savepoint), whichever kind of connection it is."""
     return connection(kind).atomic()
@@ -365,15 +382,3 @@ def errors() -> tuple[type[BaseException], ...]:
 def timestamp(kind: str, value):
     """A datetime as the `kind` store's columns hold it: SQLite's text (what peewee writes), PostgreSQL's own."""
     return str(value) if not is_postgres(kind) else value
-
-
-def __getattr__(name: str):
-    if name == "REGISTRIES":
-        from cairn_cli.db import migrations
-
-        return migrations.REGISTRIES
-    if name == "PROXIES":
-        from cairn_cli.db import tables
-
-        return tables.PROXIES
-    raise AttributeError(name)

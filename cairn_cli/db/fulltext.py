@@ -34,10 +34,6 @@ def _sql(sql: str, params: Sequence = ()) -> list[tuple]:
     return _store.execute("memory", sql, params)
 
 
-def _marks(n: int) -> str:
-    return ", ".join("?" * n)
-
-
 # --- writing --------------------------------------------------------------------------------------------------
 
 
@@ -52,7 +48,7 @@ def live_memories(ids: Sequence[int]) -> list[tuple]:
     if not ids:
         return []
     return _sql(
-        f"SELECT id, content, keywords, kind, scope, session_id FROM memories WHERE superseded_by IS NULL AND id IN ({_marks(len(ids))})",
+        f"SELECT id, content, keywords, kind, scope, session_id FROM memories WHERE superseded_by IS NULL AND id IN ({_store.marks(len(ids))})",
         list(ids),
     )
 
@@ -63,8 +59,8 @@ def replace(ids: Sequence[int], docs: Iterable[Doc], tsvectors: Sequence[str] | 
     ids = list(ids)
     for start in range(0, len(ids), 500):
         chunk = ids[start : start + 500]
-        _sql(f"DELETE FROM fulltext_docs WHERE memory_id IN ({_marks(len(chunk))})", chunk)
-        _sql(f"DELETE FROM fulltext_pending WHERE memory_id IN ({_marks(len(chunk))})", chunk)
+        _sql(f"DELETE FROM fulltext_docs WHERE memory_id IN ({_store.marks(len(chunk))})", chunk)
+        _sql(f"DELETE FROM fulltext_pending WHERE memory_id IN ({_store.marks(len(chunk))})", chunk)
     db = _db()
     docs = list(docs)
     if not docs:
@@ -118,7 +114,7 @@ def term_stats(terms: Sequence[str]) -> dict[str, tuple[int, int, int, int]]:
     for start in range(0, len(terms), 500):
         chunk = list(terms[start : start + 500])
         for term, df, df_meta, tf_max, dl_min in _sql(
-            f"SELECT term, df, df_meta, tf_max, dl_min FROM fulltext_terms WHERE term IN ({_marks(len(chunk))})",
+            f"SELECT term, df, df_meta, tf_max, dl_min FROM fulltext_terms WHERE term IN ({_store.marks(len(chunk))})",
             chunk,
         ):
             out[term] = (df, df_meta, tf_max, dl_min)
@@ -144,7 +140,7 @@ def docs(ids: Sequence[int]) -> list[Doc]:
     ids = list(ids)
     for start in range(0, len(ids), 500):
         chunk = ids[start : start + 500]
-        out += _sql(f"SELECT {_DOC_COLUMNS} FROM fulltext_docs WHERE memory_id IN ({_marks(len(chunk))})", chunk)
+        out += _sql(f"SELECT {_DOC_COLUMNS} FROM fulltext_docs WHERE memory_id IN ({_store.marks(len(chunk))})", chunk)
     return out
 
 
@@ -190,7 +186,8 @@ def meta_docs(scopes: Sequence[str] | None) -> list[Doc]:
     if scopes is None:
         return _sql(f"SELECT {_DOC_COLUMNS} FROM fulltext_docs WHERE meta = 1")
     return _sql(
-        f"SELECT {_DOC_COLUMNS} FROM fulltext_docs WHERE meta = 1 AND scope IN ({_marks(len(scopes))})", list(scopes)
+        f"SELECT {_DOC_COLUMNS} FROM fulltext_docs WHERE meta = 1 AND scope IN ({_store.marks(len(scopes))})",
+        list(scopes),
     )
 
 
@@ -198,7 +195,7 @@ def scope_docs(scopes: Sequence[str] | None) -> list[Doc]:
     """Every indexed memory in `scopes` (None: all)."""
     if scopes is None:
         return _sql(f"SELECT {_DOC_COLUMNS} FROM fulltext_docs")
-    return _sql(f"SELECT {_DOC_COLUMNS} FROM fulltext_docs WHERE scope IN ({_marks(len(scopes))})", list(scopes))
+    return _sql(f"SELECT {_DOC_COLUMNS} FROM fulltext_docs WHERE scope IN ({_store.marks(len(scopes))})", list(scopes))
 
 
 def containing(terms: Sequence[str]) -> list[Doc]:
@@ -217,7 +214,7 @@ def containing(terms: Sequence[str]) -> list[Doc]:
         ids.update(
             r[0]
             for r in _sql(
-                f"SELECT DISTINCT memory_id FROM fulltext_postings WHERE term IN ({_marks(len(chunk))})", chunk
+                f"SELECT DISTINCT memory_id FROM fulltext_postings WHERE term IN ({_store.marks(len(chunk))})", chunk
             )
         )
     return docs(sorted(ids)) + meta_docs(None)

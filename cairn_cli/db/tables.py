@@ -8,7 +8,7 @@ from __future__ import annotations
 import peewee
 
 from cairn_cli.clock import utcnow
-from cairn_cli.db import set_writing_instance, writing_instance  # noqa: F401 (the `instance` columns' default)
+from cairn_cli.db import writing_instance  # the `instance` columns' default
 from cairn_cli.db.fields import JSONField
 
 memory_proxy = peewee.DatabaseProxy()

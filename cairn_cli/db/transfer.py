@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import peewee
 
-from cairn_cli.db import tables
+from cairn_cli.db import driver_message, tables
 from cairn_cli.errors import Conflict
 
 STORE_MODELS: dict[str, tuple[type[peewee.Model], ...]] = {
@@ -99,7 +99,7 @@ def insert(database: peewee.Database, table: str, rows: Sequence[dict]) -> None:
             with database.atomic():
                 model.insert(row).execute()
         except peewee.IntegrityError as exc:
-            why = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+            why = driver_message(exc)
             raise Conflict(
                 f"{table} {key} {row[key]!r} collides with a target row under another {key}: {why}",
                 "remove that row from the target, or copy into another database",

@@ -27,11 +27,9 @@ SHARED_KEY = "published"  # inside the deployed-student state: {"name", "checksu
 
 def shared_store() -> bool:
     """The memory store is one machines share (PostgreSQL)."""
-    import peewee
+    from cairn_cli import db
 
-    from cairn_cli.db.tables import memory_proxy
-
-    return isinstance(memory_proxy.obj, peewee.PostgresqlDatabase)
+    return db.is_postgres("memory")
 
 
 def _tar(directory: Path) -> bytes:

@@ -46,6 +46,7 @@ from cairn_cli.core.ranking.lexical import (
     GLOBAL_SCOPE,
     Candidate,
     Scored,
+    candidate_of,
     unknown_weight,
 )
 from cairn_cli.core.store import fulltext
@@ -537,28 +538,20 @@ def _compose(
 
 def _memories(ids: list[int]) -> dict[int, Candidate]:
     """The memories as the scorer sees them (no embedding: the fallback has no model). Plain SQL: the fallback
-    reads through the lean connection."""
+    reads through the lean connection, whose rows hold keywords as JSON and SQLite's datetimes as text."""
+    from types import SimpleNamespace
+
     from cairn_cli import db
 
+    columns = ("id", "content", "keywords", "scope", "kind", "confidence", "updated_at", "source_ref", "session_id")
     out = {}
     for start in range(0, len(ids), 500):
         chunk = ids[start : start + 500]
-        for memory_id, content, keywords, scope, kind, confidence, updated_at, source_ref, session_id in db.execute(
-            "memory",
-            "SELECT id, content, keywords, scope, kind, confidence, updated_at, source_ref, session_id FROM memories "
-            f"WHERE id IN ({', '.join('?' * len(chunk))})",
-            chunk,
-        ):
-            out[memory_id] = Candidate(
-                id=memory_id,
-                content=content,
-                keywords=list(orjson.loads(keywords) if keywords else []),
-                scope=scope,
-                kind=kind,
-                confidence=confidence,
-                updated_at=dt.datetime.fromisoformat(updated_at) if isinstance(updated_at, str) else updated_at,
-                source_ref=source_ref,
-                has_embedding=False,
-                session_id=session_id,
-            )
+        sql = f"SELECT {', '.join(columns)} FROM memories WHERE id IN ({db.marks(len(chunk))})"
+        for values in db.execute("memory", sql, chunk):
+            row = SimpleNamespace(**dict(zip(columns, values)))
+            row.keywords = orjson.loads(row.keywords) if row.keywords else []
+            if isinstance(row.updated_at, str):
+                row.updated_at = dt.datetime.fromisoformat(row.updated_at)
+            out[row.id] = candidate_of(row, has_embedding=False)
     return out

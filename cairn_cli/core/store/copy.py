@@ -166,6 +166,7 @@ def _bar(progress: Progress | None, total: int, what: str):
 def _open_target(store: str, url: str, *, dry_run: bool):
     """The target, migrated; on a dry run as it is (None when it does not exist yet: every row would be copied)."""
     from cairn_cli import db
+    from cairn_cli.db.schema import MIGRATIONS
 
     if not dry_run:
         return db.connect_store(store, url, create=True)
@@ -174,7 +175,7 @@ def _open_target(store: str, url: str, *, dry_run: bool):
     except NotFound:
         return None
     pending = db.pending_migrations(store, target)
-    if len(pending) == len(db.REGISTRIES[store]):
+    if len(pending) == len(MIGRATIONS[store]):
         target.close()
         return None  # an empty database: nothing in it yet
     if pending:

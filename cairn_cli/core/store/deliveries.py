@@ -66,9 +66,6 @@ def next_turn(session_id: str, settings: Settings) -> int:
     return last + 1
 
 
-_DELIVERY_COLUMNS = tuple(DeliveryInput.__dataclass_fields__) + ("delivered_at", "instance")
-
-
 def record(rows: list[DeliveryInput], settings: Settings) -> list[int]:
     """Insert the rows in one transaction; every memory id must exist. Returns the new delivery ids. Plain SQL:
     the hot path logs through the lean connection too."""
@@ -77,26 +74,18 @@ def record(rows: list[DeliveryInput], settings: Settings) -> list[int]:
     from cairn_cli import db
 
     ids = sorted({r.memory_id for r in rows})
-    known = (
-        {r[0] for r in db.execute("memory", f"SELECT id FROM memories WHERE id IN ({', '.join('?' * len(ids))})", ids)}
-        if ids
-        else set()
-    )
+    sql = f"SELECT id FROM memories WHERE id IN ({db.marks(len(ids))})"
+    known = {r[0] for r in db.execute("memory", sql, ids)} if ids else set()
     missing = sorted(set(ids) - known)
     if missing:
         raise NotFound(f"unknown memory id(s) {missing}", "see `cairn memory list`; nothing was logged")
+    stamp = {"delivered_at": db.timestamp("ephemeral", utcnow()), "instance": db.writing_instance()}
     out = []
-    now = db.timestamp("ephemeral", utcnow())
-    instance = db.writing_instance()
-    sql = (
-        f"INSERT INTO memory_deliveries ({', '.join(_DELIVERY_COLUMNS)}) "
-        f"VALUES ({', '.join('?' * len(_DELIVERY_COLUMNS))}) RETURNING id"
-    )
     with db.transaction("ephemeral"):
         for row in rows:
-            values = asdict(row)
+            values = {**asdict(row), **stamp}
             values["score_components"] = orjson.dumps(values["score_components"]).decode()
-            out.append(db.execute("ephemeral", sql, [*values.values(), now, instance])[0][0])
+            out.append(db.insert("ephemeral", "memory_deliveries", values, returning="id"))
     return out
 
 

@@ -37,11 +37,7 @@ def record_turn(session_id: str, turn: int, *, context_key: str, hook: dict) -> 
             "created_at": db.timestamp("ephemeral", utcnow()),
             "instance": db.writing_instance(),
         }
-        db.execute(
-            "ephemeral",
-            f"INSERT INTO hook_state ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
-            list(values.values()),
-        )
+        db.insert("ephemeral", "hook_state", values)
     else:
         row_id, stored = rows[0]
         values = {**fields, "data": orjson.dumps({**(orjson.loads(stored) if stored else {}), **data}).decode()}
