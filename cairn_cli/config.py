@@ -166,6 +166,13 @@ _SETTINGS = [
         int,
         "How much of a transcript's end cairn reads (regular files only: a FIFO or device is refused, never read).",
     ),
+    Setting(
+        "STOP_WRITE_BUDGET_S",
+        15.0,
+        float,
+        "Stop hook: how long a Stop retries a store other sessions keep locked before it waits in the spool "
+        "($CAIRN_HOME/spool, applied by the next Stop, the daemon or `cairn doctor --apply`).",
+    ),
     Setting("STOP_MAX_MEMORIES", 20, int, "At most this many new memories a Stop writes (the rest is reported)."),
     Setting(
         "HOOK_TRANSCRIPT_WAIT_MS",

@@ -23,21 +23,24 @@ def log(line: str) -> None:
         pass
 
 
-def _failed(event: str, exc: BaseException) -> int:
+def _failed(event: str, exc: BaseException, where: dict) -> int:
+    """Log why the hook did nothing, naming the session and turn (so the turn can be found again), and exit 0."""
     from cairn_cli.errors import CairnError
 
+    named = f"session={where.get('session', '?')} turn={where.get('turn', '?')}"
     if isinstance(exc, CairnError):
-        log(f"{event} error: {exc.one_line()}")
+        log(f"{event} error: {named}: {exc.one_line()}")
     else:
         import traceback
 
-        log(f"{event} error: unexpected {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+        log(f"{event} error: {named}: unexpected {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
     return 0
 
 
 def run_prompt(raw: bytes | None = None) -> int:
     """UserPromptSubmit: rank, log the deliveries and the turn, print the rules and memories for the context."""
     t0 = time.perf_counter()
+    where: dict = {}
     try:
         from cairn_cli import config
         from cairn_cli.core.hooks.payload import PROMPT_EVENT, parse_payload, prompt_request
@@ -45,6 +48,7 @@ def run_prompt(raw: bytes | None = None) -> int:
         from cairn_cli.hotpath import stdin_bytes
 
         payload = parse_payload(stdin_bytes() if raw is None else raw, PROMPT_EVENT)
+        where["session"] = payload.session_id
         result = dispatch.rank(prompt_request(payload, config.get("HOOK_SCOPE")), {}, autostart=True)
         if result["injection"]:
             sys.stdout.write(result["injection"] + "\n")
@@ -57,26 +61,41 @@ def run_prompt(raw: bytes | None = None) -> int:
         )
         return 0
     except BaseException as exc:
-        return _failed("prompt", exc)
+        return _failed("prompt", exc, where)
 
 
 def run_stop(raw: bytes | None = None) -> int:
     """Stop: apply the response's [cm] block (memories, grades, evidence) and engagement; prints nothing."""
     t0 = time.perf_counter()
+    where: dict = {}
     try:
-        from cairn_cli.config import Settings
+        from cairn_cli import db
+        from cairn_cli.config import Settings, home_dir
         from cairn_cli.core.hooks.payload import STOP_EVENT, parse_payload
-        from cairn_cli.core.hooks.stop import apply_stop
+        from cairn_cli.core.hooks.stop import spool_record, spooled_report, stop_or_spool
         from cairn_cli.core.store import open_stores
         from cairn_cli.daemon import dispatch
         from cairn_cli.hotpath import stdin_bytes
 
         payload = parse_payload(stdin_bytes() if raw is None else raw, STOP_EVENT)
+        where["session"] = payload.session_id
         settings = Settings()
-        open_stores(settings)
-        report = apply_stop(payload, settings, embed_with_model=dispatch.embed_with_model, embed=dispatch.embed)
+        try:
+            open_stores(settings)
+        except db.errors() as exc:  # the store cannot be opened now (locked through a migration, a full disk)
+            record = spool_record(payload, None, payload.last_assistant_message, None)
+            report = spooled_report(payload, home_dir(), record, f"{type(exc).__name__}: {exc}")
+        else:
+            report = stop_or_spool(
+                payload,
+                settings,
+                home=home_dir(),
+                embed_with_model=dispatch.embed_with_model,
+                embed=dispatch.embed,
+                context=where,
+            )
         extra = "; ".join(report.problems + report.notes)
         log(f"stop {report.summary()} ms={(time.perf_counter() - t0) * 1000:.0f}" + (f" | {extra}" if extra else ""))
         return 0
     except BaseException as exc:
-        return _failed("stop", exc)
+        return _failed("stop", exc, where)

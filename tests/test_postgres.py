@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+from pathlib import Path
 
 import orjson
 import pytest
@@ -319,8 +320,8 @@ def test_a_transaction_that_loses_a_deadlock_is_retried_and_both_writers_land(pg
 
 def test_another_instances_long_transaction_never_hangs_a_stop(pg_server, cli, monkeypatch, tmp_path):
     """Another instance holds a memory's row lock in a long transaction: the Stop that corroborates that memory
-    waits CAIRN_DB_LOCK_TIMEOUT_MS at most, fails open (exit 0, logged), writes nothing of its turn, and applies
-    in full when the Stop runs again after the other transaction ended."""
+    waits CAIRN_DB_LOCK_TIMEOUT_MS a statement, retries within CAIRN_STOP_WRITE_BUDGET_S, then waits in the spool
+    (exit 0, logged) having written nothing of its turn, and is applied in full once the other transaction ended."""
     import psycopg2
 
     from cairn_cli import db
@@ -332,6 +333,7 @@ def test_another_instances_long_transaction_never_hangs_a_stop(pg_server, cli, m
     monkeypatch.setenv("CAIRN_DB_URL", mem)
     monkeypatch.setenv("CAIRN_EPHEMERAL_DB_URL", eph)
     monkeypatch.setenv("CAIRN_DB_LOCK_TIMEOUT_MS", "200")
+    monkeypatch.setenv("CAIRN_STOP_WRITE_BUDGET_S", "0.5")
     db.close_all()
     _common._globals.clear()
     open_stores(Settings())
@@ -350,10 +352,14 @@ def test_another_instances_long_transaction_never_hangs_a_stop(pg_server, cli, m
         other.rollback()
         other.close()
     log = (tmp_path / "home" / "logs" / "hook.log").read_text()
-    assert "stop error" in log and "lock timeout" in log
+    assert "session s1 turn 1: spooled to" in log and "stop error" not in log
+    from cairn_cli.core.hooks import spool
+
+    (waiting,) = spool.waiting(str(tmp_path / "home"))
+    assert "lock timeout" in json.loads(Path(waiting.path).read_text())["error"]
     assert Memory.get_by_id(target).corroborations == before  # nothing of the turn was written
     assert all(d.grade is None for d in MemoryDelivery.select().where(MemoryDelivery.session_id == "s1"))
-    _stop("s1", message)  # the other transaction is over: the Stop applies in full
+    assert cli("doctor", "--apply").exit_code == 0  # the other transaction is over: the Stop applies in full
     assert Memory.get_by_id(target).corroborations == before + 1
     assert all(d.grade == 2 for d in MemoryDelivery.select().where(MemoryDelivery.session_id == "s1"))
 

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from cairn_cli.db.lean import LeanSqlite
 
 _SQLITE_PRAGMAS = {"journal_mode": "wal", "foreign_keys": 1, "busy_timeout": 5000, "synchronous": "normal"}
+WRITE_LOCK = "IMMEDIATE"  # how a SQLite transaction begins (peewee's and the lean connection's alike)
 _open: dict[tuple[str, str], peewee.Database] = {}
 _lean: dict[str, LeanSqlite] = {}  # kind -> the lean connection this process ranks through (open_lean)
 _writing: dict[str, str | None] = {"instance": None}  # the instance id new rows carry (core/store.open_stores)
@@ -78,7 +79,9 @@ def _connect(kind: str, url: str, *, create: bool) -> peewee.Database:
                 private_file(path)
             except OSError as exc:
                 raise ConfigError(f"cannot create {path}: {exc.strerror}", "set CAIRN_HOME to a writable dir") from None
-        return peewee.SqliteDatabase(str(path), pragmas=_SQLITE_PRAGMAS)
+        # every transaction takes the write lock at BEGIN: a deferred one that read first and then wrote after
+        # another writer committed fails at once (SQLITE_BUSY_SNAPSHOT) instead of waiting on busy_timeout
+        return peewee.SqliteDatabase(str(path), pragmas=_SQLITE_PRAGMAS, lock_type=WRITE_LOCK)
     if parsed.scheme in ("postgres", "postgresql"):
         try:
             import psycopg2  # noqa: F401
@@ -126,34 +129,48 @@ def _open_one(kind: str, url: str, *, create: bool) -> peewee.Database:
     return db
 
 
-RETRY_PGCODES = {"40001": "serialization failure", "40P01": "deadlock detected"}
+RETRY_PGCODES = {"40001": "serialization failure", "40P01": "deadlock detected", "55P03": "lock timeout"}
+_SQLITE_BUSY = {5: "database is locked", 6: "a table is locked", 517: "busy snapshot"}  # SQLITE_BUSY, _LOCKED, …
 
 
 def conflict_code(exc: BaseException) -> str | None:
-    """The PostgreSQL error code of a transaction that lost a conflict with another (worth retrying), else None."""
-    for cause in (exc.args[0] if exc.args else None, exc.__cause__, exc.__context__):
+    """Why a transaction lost to another writer, when that is worth retrying: PostgreSQL's serialization failure,
+    deadlock or lock timeout (the code), SQLite's busy or locked database (the words); else None."""
+    for cause in (exc, exc.args[0] if exc.args else None, exc.__cause__, exc.__context__):
         code = getattr(cause, "pgcode", None)
         if code in RETRY_PGCODES:
             return code
+        sqlite_code = getattr(cause, "sqlite_errorcode", None)
+        if sqlite_code in _SQLITE_BUSY:
+            return _SQLITE_BUSY[sqlite_code]
+        if isinstance(cause, BaseException) and str(cause).startswith(("database is locked", "database table is")):
+            return "database is locked"
     return None
 
 
-def retry_conflicts(fn, *, attempts: int = 5, sleep=None):
-    """fn() (one whole transaction), run again when PostgreSQL aborts it for a conflict with another writer (a
-    serialization failure or a deadlock: the transaction was rolled back, nothing of it was written); other
-    errors, and the last attempt's, go through. Backoff 50 ms, 100 ms, ... with jitter."""
+def retry_conflicts(fn, *, attempts: int = 5, budget_s: float | None = None, sleep=None, clock=None):
+    """fn() (one whole unit of work in its own transaction), run again when it lost to another writer: a
+    PostgreSQL serialization failure or deadlock, a SQLite store that stayed locked past busy_timeout (the
+    transaction was rolled back, nothing of it was written). Retried `attempts` times, or — with `budget_s` —
+    for as long as another attempt can start within that many seconds; other errors, and the last attempt's, go
+    through. Backoff 50 ms, 100 ms, ... (at most 1 s) with jitter, so that writers that collided spread out."""
     import random
     import time
 
     sleep = sleep or time.sleep
-    for attempt in range(attempts):
+    clock = clock or time.monotonic
+    start = clock()
+    attempt = 0
+    while True:
         try:
             return fn()
         except errors() as exc:
-            if attempt == attempts - 1 or conflict_code(exc) is None:
+            attempt += 1
+            pause = min(1.0, 0.05 * (2 ** min(attempt - 1, 5))) * (0.5 + random.random())
+            out = clock() - start + pause >= budget_s if budget_s is not None else attempt >= attempts
+            if out or conflict_code(exc) is None:
                 raise
-            sleep(0.05 * (2**attempt) * (0.5 + random.random()))
-    raise AssertionError("unreachable")
+            sleep(pause)
 
 
 def safe_url(url: str) -> str:
@@ -341,7 +358,12 @@ def connection(kind: str) -> Any:
 
 
 def is_postgres(kind: str) -> bool:
-    return connection(kind).param != "?"
+    return is_postgres_database(connection(kind))
+
+
+def is_postgres_database(database) -> bool:
+    """Whether a connection (peewee's or the lean one) speaks to PostgreSQL."""
+    return database.param != "?"
 
 
 def execute(kind: str, sql: str, params: Sequence = ()) -> list[tuple]:

@@ -50,7 +50,8 @@ class LeanSqlite:
         """A transaction (BEGIN ... COMMIT, rolled back on an exception); nested, a savepoint."""
         self._depth += 1
         name = f"lean_{self._depth}"
-        self._conn.execute("BEGIN" if self._depth == 1 else f"SAVEPOINT {name}")
+        # BEGIN IMMEDIATE, as peewee's connection begins (db.WRITE_LOCK): the write lock is taken up front
+        self._conn.execute("BEGIN IMMEDIATE" if self._depth == 1 else f"SAVEPOINT {name}")
         try:
             yield self
         except BaseException:

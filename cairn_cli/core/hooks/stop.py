@@ -1,7 +1,12 @@
 """The Stop hook: the response (`last_assistant_message`, else the transcript's last turn) gives the [cm] block;
 its new memories (stamped with the turn's generation version in `source_ref`), its grades and evidence, and the
 engagement of every delivery of the turn are written in one transaction per database. Re-running the same Stop
-changes nothing. Subagent stops (an `agent_id`) are recorded on the turn and marked, never graded."""
+changes nothing. Subagent stops (an `agent_id`) are recorded on the turn and marked, never graded.
+
+Many sessions stop at once: the transaction takes the write lock up front (db.WRITE_LOCK) and, when another
+writer keeps the store locked past busy_timeout (or PostgreSQL aborts it for a conflict), the whole transaction is
+run again with jittered back-off for up to CAIRN_STOP_WRITE_BUDGET_S. A Stop still not written then is spooled
+(core/hooks/spool.py) and applied later by the next Stop, the daemon or `cairn doctor --apply`."""
 
 from __future__ import annotations
 
@@ -24,8 +29,11 @@ class StopReport:
     engagement: dict | None = None
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    spooled: str | None = None  # the spool file this Stop waits in (its transaction could not be written)
 
     def summary(self) -> str:
+        if self.spooled:
+            return f"session {self.session_id} turn {self.turn}: spooled to {self.spooled}"
         if self.skipped:
             return f"session {self.session_id} turn {self.turn}: {self.skipped}"
         g, e = self.grades or {}, self.engagement or {}
@@ -60,18 +68,123 @@ def response_text(payload: HookPayload, wait_ms: int, max_bytes: int) -> tuple[s
         time.sleep(0.05)
 
 
-def apply_stop(payload: HookPayload, settings: Settings, *, embed_with_model, embed) -> StopReport:
+class StopNotWritten(Exception):
+    """The Stop's transaction could not be written within its budget: what a spool file needs to apply it later."""
+
+    def __init__(self, record: dict, cause: BaseException):
+        super().__init__(f"{type(cause).__name__}: {cause}")
+        self.record = record
+
+
+def stop_or_spool(
+    payload: HookPayload, settings: Settings, *, home: str, embed_with_model, embed, context: dict | None = None
+) -> StopReport:
+    """The Stop hook's unit of work: apply it (retrying a locked store within its budget), else keep it in the
+    spool; then apply a few Stops that were waiting there (this one's success says the store takes writes now).
+    `context` receives the turn as soon as it is known (what a hook.log error names)."""
+    from cairn_cli.core.hooks import spool
+
+    try:
+        report = apply_stop(payload, settings, embed_with_model=embed_with_model, embed=embed, context=context)
+    except StopNotWritten as exc:
+        return spooled_report(payload, home, exc.record, str(exc))
+    if spool.waiting(home):
+        run = apply_spooled(home, settings, embed_with_model=embed_with_model, embed=embed, limit=5, budget_s=5.0)
+        if run.applied or run.failed:
+            report.notes.append(f"spool: {len(run.applied)} waiting Stops applied, {len(run.failed)} still waiting")
+    return report
+
+
+def spooled_report(payload: HookPayload, home: str, record: dict, error: str) -> StopReport:
+    """Keep the Stop in the spool; the report says where."""
+    from cairn_cli.core.hooks import spool
+
+    report = StopReport(payload.session_id, record.get("turn"))
+    report.spooled = spool.write(home, {**record, "error": error})
+    return report
+
+
+def spool_record(payload: HookPayload, turn: int | None, text: str | None, source: str | None) -> dict:
+    """What a spooled Stop keeps: enough to apply it later as it would have been applied now."""
+    import datetime as dt
+
+    return {
+        "payload": {
+            "session_id": payload.session_id,
+            "agent_id": payload.agent_id,
+            "agent_type": payload.agent_type,
+            "cwd": payload.cwd,
+            "transcript_path": payload.transcript_path,
+            "last_assistant_message": text,
+        },
+        "turn": turn,
+        "response_source": source,
+        "spooled_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    }
+
+
+def apply_spooled(home: str, settings: Settings, *, embed_with_model, embed, limit=None, budget_s=None):
+    """Apply the Stops waiting in the spool (oldest first; each at most once)."""
+    from cairn_cli.core.hooks import spool
+    from cairn_cli.core.hooks.payload import STOP_EVENT
+
+    def apply_one(record: dict) -> None:
+        fields = {k: v for k, v in record["payload"].items() if k in HookPayload.FIELDS}
+        payload = HookPayload(STOP_EVENT, str(record["payload"]["session_id"]), **fields)
+        turn = record.get("turn")
+        if not isinstance(turn, int):  # spooled before its turn was known: the newest turn as it was then
+            turn = _current_turn(payload.session_id, before=record.get("spooled_at"))[1]
+        try:
+            apply_stop(
+                payload,
+                settings,
+                embed_with_model=embed_with_model,
+                embed=embed,
+                turn=turn,
+                response_source=record.get("response_source") or "spool",
+            )
+        except StopNotWritten as exc:
+            raise RuntimeError(str(exc)) from None
+
+    return spool.apply_waiting(home, apply_one, limit=limit, budget_s=budget_s)
+
+
+def apply_stop(
+    payload: HookPayload,
+    settings: Settings,
+    *,
+    embed_with_model,
+    embed,
+    turn: int | None = None,
+    response_source: str | None = None,
+    context: dict | None = None,
+) -> StopReport:
     """Apply the turn's [cm] block and engagement. `embed_with_model(texts)` -> (model, vectors) | None is used
-    for new memories, `embed(texts)` -> vectors | None for the semantic engagement test."""
+    for new memories, `embed(texts)` -> vectors | None for the semantic engagement test. `turn`: the turn a
+    spooled Stop answered (else the session's newest); `context` receives the turn as soon as it is known (what a
+    hook.log error names). Raises StopNotWritten when the store does not take the transaction within
+    CAIRN_STOP_WRITE_BUDGET_S."""
     from cairn_cli.core.experiment.rules import live
     from cairn_cli.core.labels.cm import parse_cm
     from cairn_cli.core.labels.engagement import engagement_decisions, turn_memories
     from cairn_cli.core.text import sha256
+    from cairn_cli.db import retry_conflicts
 
-    row, turn = _current_turn(payload.session_id)
+    budget = settings.STOP_WRITE_BUDGET_S
+    if turn is None:
+        row, turn = _current_turn(payload.session_id)
+    else:
+        from cairn_cli.core.store import hookstate
+
+        row = hookstate.get_turn(payload.session_id, turn)
+    if context is not None:
+        context["turn"] = turn
     report = StopReport(payload.session_id, turn)
     if payload.is_subagent:
-        _record_subagent_stop(row, payload)
+        try:
+            retry_conflicts(lambda: _record_subagent_stop(row, payload), budget_s=budget)
+        except _db_errors() as exc:
+            raise StopNotWritten(spool_record(payload, turn, None, None), exc) from exc
         report.skipped = f"subagent {payload.agent_id} stop recorded; subagents are not graded"
         return report
     text, report.response_source = response_text(
@@ -81,6 +194,8 @@ def apply_stop(payload: HookPayload, settings: Settings, *, embed_with_model, em
         why = report.response_source or "none in the transcript"
         report.skipped, report.response_source = f"no response text (no last_assistant_message; {why})", None
         return report
+    if response_source:
+        report.response_source = response_source
     digest = sha256(text)
     data = (row.data or {}) if row is not None else {}
     if (data.get("stop") or {}).get("response_sha256") == digest:
@@ -97,30 +212,43 @@ def apply_stop(payload: HookPayload, settings: Settings, *, embed_with_model, em
     delivered = turn_memories(payload.session_id, turn) if turn is not None else []
     decisions, notes = engagement_decisions(delivered, text, data.get("prompt") or "", settings, embed)
     report.notes.extend(notes)
-    from cairn_cli.db import retry_conflicts
+    # many sessions' Stops write at once: a transaction that finds the store locked (SQLite) or loses a conflict
+    # (PostgreSQL) is run again, whole, until the budget is spent; then the Stop waits in the spool
+    notes, problems = list(report.notes), list(report.problems)
 
-    # many machines' Stops write to one PostgreSQL store at once: a transaction that loses a conflict is retried
-    retry_conflicts(
-        lambda: _write(payload.session_id, row, turn, cm, decisions, digest, source_ref, embedder, settings, report)
-    )
+    def attempt() -> None:
+        report.notes[:], report.problems[:] = notes, problems  # a retried attempt reports once
+        _write(payload.session_id, row, turn, cm, decisions, digest, source_ref, embedder, settings, report)
+
+    try:
+        retry_conflicts(attempt, budget_s=budget)
+    except _db_errors() as exc:
+        raise StopNotWritten(spool_record(payload, turn, text, report.response_source), exc) from exc
     return report
 
 
-def _current_turn(session_id: str):
-    """(the newest main-agent hook_state row or None, its turn — else the session's last delivered turn — or None)."""
+def _db_errors() -> tuple[type[BaseException], ...]:
+    from cairn_cli import db
+
+    return db.errors()
+
+
+def _current_turn(session_id: str, *, before: str | None = None):
+    """(the newest main-agent hook_state row or None, its turn — else the session's last delivered turn — or None);
+    `before` (an ISO time, UTC): the newest as it was then."""
+    import datetime as dt
+
     from cairn_cli.core.store import hookstate
     from cairn_cli.db.tables import MemoryDelivery
 
-    row = hookstate.latest_main_turn(session_id)
+    until = dt.datetime.fromisoformat(before).replace(tzinfo=None) if before else None
+    row = hookstate.latest_main_turn(session_id, before=until)
     if row is not None:
         return row, row.turn
-    turn = (
-        MemoryDelivery.select(MemoryDelivery.turn)
-        .where(MemoryDelivery.session_id == session_id)
-        .order_by(MemoryDelivery.turn.desc())
-        .scalar()
-    )
-    return None, turn
+    query = MemoryDelivery.select(MemoryDelivery.turn).where(MemoryDelivery.session_id == session_id)
+    if until is not None:
+        query = query.where(MemoryDelivery.delivered_at <= until)
+    return None, query.order_by(MemoryDelivery.turn.desc()).scalar()
 
 
 def _record_subagent_stop(row, payload: HookPayload) -> None:
@@ -163,14 +291,21 @@ def _precomputed_embedder(new_memories, embed_with_model, report: StopReport):
 
 
 def _write(session_id, row, turn, cm, decisions, digest, source_ref, embedder, settings, report: StopReport) -> None:
-    """Everything the Stop writes, in one transaction per database."""
+    """Everything the Stop writes, in one transaction per database (memory store first, as every writer of both
+    takes them). A Stop that another process applied meanwhile (a spooled copy, a retried hook) changes nothing."""
     from cairn_cli.core.labels.engagement import write_decisions
     from cairn_cli.core.labels.grades import apply_relevance_grades
     from cairn_cli.core.store import hookstate
     from cairn_cli.core.store.memories import add_memories
-    from cairn_cli.db.tables import ephemeral_proxy, memory_proxy
+    from cairn_cli.db.tables import HookState, ephemeral_proxy, memory_proxy
 
+    report.memories, report.grades, report.engagement = [], None, None  # a retried attempt starts afresh
     with memory_proxy.atomic(), ephemeral_proxy.atomic():
+        if row is not None:
+            now = HookState.select(HookState.data).where(HookState.id == row.id).scalar() or {}
+            if (now.get("stop") or {}).get("response_sha256") == digest:
+                report.skipped = "this response was already applied"
+                return
         if cm.memories:
             results = add_memories(cm.memories, settings, embed=embedder, notes=report.notes)
             report.memories = [

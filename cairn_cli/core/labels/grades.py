@@ -48,7 +48,7 @@ def apply_relevance_grades(cm: CmBlock, session_id: str, settings: Settings, *, 
 
     turn = latest_turn(session_id, settings) if turn is None else turn
     report = GradeReport(session_id, turn, problems=list(cm.problems))
-    with ephemeral_proxy.atomic(), memory_proxy.atomic():
+    with memory_proxy.atomic(), ephemeral_proxy.atomic():  # the order every writer of both takes
         _write_grades(cm, session_id, turn, report)
         for kind, ids, out in (("cu", cm.corroborate, report.corroborated), ("-!", cm.contradict, report.contradicted)):
             for memory_id in ids:

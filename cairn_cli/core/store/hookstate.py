@@ -54,16 +54,15 @@ def get_turn(session_id: str, turn: int):
     return HookState.get_or_none((HookState.session_id == session_id) & (HookState.turn == turn))
 
 
-def latest_main_turn(session_id: str):
-    """The newest turn the prompt hook recorded for the main agent (subagent turns excluded), or None."""
+def latest_main_turn(session_id: str, *, before=None):
+    """The newest turn the prompt hook recorded for the main agent (subagent turns excluded), or None; `before` (a
+    naive UTC datetime): the newest recorded by then."""
     from cairn_cli.db.tables import HookState
 
-    return (
-        HookState.select()
-        .where((HookState.session_id == session_id) & (HookState.is_subagent == False))  # noqa: E712
-        .order_by(HookState.turn.desc())
-        .first()
-    )
+    query = HookState.select().where((HookState.session_id == session_id) & (HookState.is_subagent == False))  # noqa: E712
+    if before is not None:
+        query = query.where(HookState.created_at <= before)
+    return query.order_by(HookState.turn.desc()).first()
 
 
 def turn_prompt(session_id: str, turn: int) -> str | None:

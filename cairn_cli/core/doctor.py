@@ -1,0 +1,238 @@
+"""`cairn doctor`: what is wrong with this installation and how to fix it, each finding with its fix, and with
+`apply` the fixes cairn can make itself.
+
+Checks (each a function below, in the order a person would look):
+- home: CAIRN_HOME and the files in it private (0700 / 0600: they hold prompts and memories); apply: chmod;
+- stores: each store opens, passes SQLite's integrity check (PostgreSQL: answers), has no pending migration;
+- spool: Stops waiting because their transaction could not be written in time (core/hooks/spool.py); apply:
+  applies them now, oldest first, each once.
+
+Doctor opens the stores itself (the point of it is whether they open) and never creates one.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from dataclasses import dataclass, field
+
+from cairn_cli import config
+from cairn_cli.config import Settings
+
+OK, WARN, ERROR = "ok", "warn", "error"
+
+
+@dataclass
+class Finding:
+    check: str
+    status: str  # ok / warn / error
+    message: str
+    fix: str | None = None
+    applied: str | None = None  # what --apply did about it
+
+
+@dataclass
+class DoctorReport:
+    home: str
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def healthy(self) -> bool:
+        """Nothing left to fix (after --apply, what it fixed counts as fixed)."""
+        return all(f.status == OK for f in self.findings)
+
+    def as_dict(self) -> dict:
+        return {"home": self.home, "healthy": self.healthy, "findings": [vars(f) for f in self.findings]}
+
+
+def diagnose(settings: Settings, *, apply: bool = False, embed_with_model=None, embed=None) -> DoctorReport:
+    """Run every check; with `apply`, fix what can be fixed (`embed_with_model` / `embed`: the embedders a spooled
+    Stop is applied with, as the Stop hook's)."""
+    home = config.home_dir()
+    report = DoctorReport(home)
+    report.findings += check_home(home, apply=apply)
+    stores = check_stores(settings)
+    report.findings += stores
+    opened = all(f.status != ERROR for f in stores)
+    report.findings += check_spool(
+        home, settings, apply=apply and opened, embed_with_model=embed_with_model, embed=embed
+    )
+    return report
+
+
+# -- home ----------------------------------------------------------------------------------------------------------
+
+
+def _loose(path: str, st: os.stat_result) -> bool:
+    return bool(st.st_mode & 0o077)
+
+
+def check_home(home: str, *, apply: bool) -> list[Finding]:
+    from cairn_cli.files import PRIVATE_DIR, PRIVATE_FILE
+
+    if not os.path.isdir(home):
+        return [Finding("home", OK, f"{home} does not exist yet (made by the first command that writes)")]
+    loose: list[tuple[str, int]] = []
+    for folder, dirs, files in os.walk(home):
+        for name in [*dirs, *files]:
+            path = os.path.join(folder, name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if not stat.S_ISLNK(st.st_mode) and _loose(path, st):
+                loose.append((path, PRIVATE_DIR if stat.S_ISDIR(st.st_mode) else PRIVATE_FILE))
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(folder, d))]
+    st = os.stat(home)
+    if _loose(home, st):
+        loose.insert(0, (home, PRIVATE_DIR))
+    if not loose:
+        return [Finding("home", OK, f"{home} and its files are private (0700 / 0600)")]
+    shown = ", ".join(f"{os.path.relpath(p, home) if p != home else p}" for p, _ in loose[:3])
+    more = f" and {len(loose) - 3} more" if len(loose) > 3 else ""
+    finding = Finding(
+        "home",
+        WARN,
+        f"{len(loose)} paths under CAIRN_HOME are open to other accounts ({shown}{more}): they hold prompts and memories",
+        "cairn doctor --apply (chmod 700 folders, 600 files)",
+    )
+    if apply:
+        failed = 0
+        for path, mode in loose:
+            try:
+                os.chmod(path, mode)
+            except OSError:
+                failed += 1
+        finding.applied = f"made {len(loose) - failed} private" + (f", {failed} could not be changed" if failed else "")
+        if not failed:
+            finding.status = OK
+    return [finding]
+
+
+# -- stores --------------------------------------------------------------------------------------------------------
+
+
+def check_stores(settings: Settings) -> list[Finding]:
+    from cairn_cli import db
+    from cairn_cli.errors import CairnError, NotFound
+
+    findings = []
+    for kind, url in (
+        ("memory", config.memory_db_url(settings.DB_URL)),
+        ("ephemeral", config.ephemeral_db_url(settings.EPHEMERAL_DB_URL)),
+    ):
+        where = db.safe_url(url)
+        try:
+            database = db.connect_store(kind, url, create=False, migrate=False)
+        except NotFound:
+            findings.append(Finding(f"{kind} store", OK, f"{where} does not exist yet (made by the first write)"))
+            continue
+        except CairnError as exc:
+            findings.append(Finding(f"{kind} store", ERROR, exc.message, exc.hint))
+            continue
+        except db.errors() as exc:
+            findings.append(_unreadable(kind, where, exc))
+            continue
+        try:
+            findings.append(_check_open_store(kind, where, database))
+        finally:
+            database.close()
+    return findings
+
+
+def _unreadable(kind: str, where: str, exc: BaseException) -> Finding:
+    from cairn_cli import db
+
+    return Finding(
+        f"{kind} store",
+        ERROR,
+        f"{where} cannot be read: {db.driver_message(exc)}",
+        "restore it from a copy (`cairn db copy`), or move it aside to start a new one",
+    )
+
+
+def _check_open_store(kind: str, where: str, database) -> Finding:
+    from cairn_cli import db
+
+    name = f"{kind} store"
+    try:
+        if db.is_postgres_database(database):
+            database.execute_sql("SELECT 1").fetchall()
+            verdict = "ok"
+        else:
+            rows = database.execute_sql("PRAGMA quick_check").fetchall()
+            verdict = "; ".join(str(r[0]) for r in rows[:5])
+        pending = db.pending_migrations(kind, database)
+    except db.errors() as exc:
+        return _unreadable(kind, where, exc)
+    if verdict != "ok":
+        return Finding(
+            name,
+            ERROR,
+            f"{where} fails SQLite's integrity check: {verdict}",
+            "copy what still reads into a new store (`cairn db copy --from … --to …`), then swap the files",
+        )
+    if pending:
+        return Finding(
+            name,
+            WARN,
+            f"{where} lacks {len(pending)} migrations ({', '.join(pending[:3])})",
+            "run any cairn command that writes (e.g. `cairn stats deliveries`): it migrates the store",
+        )
+    return Finding(name, OK, f"{where} opens and passes the integrity check")
+
+
+# -- spool ---------------------------------------------------------------------------------------------------------
+
+
+def check_spool(home: str, settings: Settings, *, apply: bool, embed_with_model, embed) -> list[Finding]:
+    from cairn_cli.core.hooks import spool
+    from cairn_cli.core.hooks.stop import apply_spooled
+
+    findings = []
+    bad = spool.set_aside(home)
+    if bad:
+        findings.append(
+            Finding(
+                "spool",
+                WARN,
+                f"{len(bad)} spool files could not be read as a Stop and were set aside ({', '.join(bad[:3])})",
+                f"look at them in {spool.spool_dir(home)}, then delete them",
+            )
+        )
+    items = spool.waiting(home)
+    if not items:
+        return [*findings, Finding("spool", OK, "no Stop is waiting to be written")]
+    age = time.time() - items[0].spooled_at
+    finding = Finding(
+        "spool",
+        WARN,
+        f"{len(items)} Stops are waiting to be written (the oldest for {_age(age)}): their memories, grades and "
+        "engagement are not in the store yet",
+        "cairn doctor --apply (the next Stop hook and the daemon apply them too)",
+    )
+    if apply:
+        from cairn_cli.core.store import open_stores
+
+        open_stores(settings, create=False)
+        run = apply_spooled(
+            home,
+            settings,
+            embed_with_model=embed_with_model or (lambda texts: None),
+            embed=embed or (lambda texts: None),
+        )
+        left = spool.waiting(home)
+        finding.applied = f"applied {len(run.applied)}" + (
+            f"; {len(run.failed)} still fail: {next(iter(run.failed.values()))}" if run.failed else ""
+        )
+        if not left:
+            finding.status = OK
+    return [*findings, finding]
+
+
+def _age(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f} {unit}"
+    return f"{seconds:.0f} s"
