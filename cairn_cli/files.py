@@ -37,17 +37,26 @@ def private_file(path: str | os.PathLike[str]) -> str:
 
 
 def append_line(
-    path: str | os.PathLike[str], line: str, *, max_bytes: int = 0, keep: int = 0, copy_truncate: bool = False
+    path: str | os.PathLike[str],
+    line: str,
+    *,
+    max_bytes: int = 0,
+    keep: int = 0,
+    copy_truncate: bool = False,
+    make_dirs: bool = True,
 ) -> None:
     """Append one line to a private log file (created 0600), whole or not at all.
 
     The line goes out in one os.write on an O_APPEND descriptor, so lines of concurrent writers never interleave.
     On a full disk (or a file size limit) a write may be short: what it wrote is cut off again, so no partial line
     is left for the next one to be glued to, and OSError is raised (a log's caller decides whether that matters).
-    `max_bytes` > 0: once the file has grown past it, it is rotated (`rotate`: `keep` old generations)."""
+    `max_bytes` > 0: once the file has grown past it, it is rotated (`rotate`: `keep` old generations).
+    `make_dirs` False: a missing directory is FileNotFoundError, never created (an orphaned daemon's deleted home)."""
     path = os.fspath(path)
     data = (line if line.endswith("\n") else line + "\n").encode("utf-8", errors="replace")
-    fd = os.open(private_file(path), os.O_WRONLY | os.O_APPEND)
+    if make_dirs:
+        private_file(path)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE)
     try:
         written = os.write(fd, data)  # an error here wrote nothing (POSIX reports a partial write as a count)
         end = os.lseek(fd, 0, os.SEEK_CUR)  # O_APPEND: the end of what this write put in the file
@@ -89,11 +98,16 @@ def rotate(path: str | os.PathLike[str], keep: int, *, over: int = 0, copy_trunc
     go on writing into `path.1`, and once that was deleted, into a file no one can see or bound. A line that
     arrives between the copy and the cut is lost; writers append at the new end after it."""
     path = os.fspath(path)
-    with exclusive_lock(path + ".lock") as held:
+    try:
+        if os.stat(path).st_size <= over:
+            return False
+    except FileNotFoundError:
+        return False
+    with exclusive_lock(path + ".lock", make_dirs=False) as held:
         if not held:
             return False
         try:
-            if os.stat(path).st_size <= over:
+            if os.stat(path).st_size <= over:  # again, holding the lock: another process may have rotated it
                 return False
         except FileNotFoundError:
             return False
@@ -167,10 +181,13 @@ def atomic_write(
 
 
 @contextlib.contextmanager
-def exclusive_lock(path: str | os.PathLike[str]) -> Iterator[bool]:
+def exclusive_lock(path: str | os.PathLike[str], *, make_dirs: bool = True) -> Iterator[bool]:
     """Hold an exclusive flock on `path` (created 0600) for the block, without waiting: yields False (holding
-    nothing) when another process has it. The lock dies with its process, so a crash never leaves it stuck."""
-    fd = os.open(private_file(path), os.O_RDWR)
+    nothing) when another process has it. The lock dies with its process, so a crash never leaves it stuck.
+    `make_dirs` False: a missing directory is FileNotFoundError, never created."""
+    if make_dirs:
+        private_file(path)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, PRIVATE_FILE)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -149,3 +149,31 @@ def test_concurrent_writers_never_interleave_and_rotation_loses_nothing(tmp_path
     }
     for numbers in seen.values():
         assert numbers == sorted(numbers)  # each writer's lines in its order across the generations
+
+
+@pytest.mark.slow
+def test_a_daemon_rotates_its_log_and_applies_retention_once(tmp_path):
+    """A real daemon, its watch loop quick: daemon.log stays near its cap with its generations beside it, and the
+    delivery log's retention runs once (recorded in retention.json), not at every watch."""
+    import json
+
+    from tests.test_daemon import make_home, serve, state_is, stop_serving, wait_for
+
+    home = make_home(tmp_path)
+    proc = serve(home, CAIRN_DAEMON_WATCH_S="0.2", CAIRN_LOG_MAX_BYTES="400", CAIRN_LOG_KEEP="2")
+    try:
+        wait_for(lambda: state_is(home, "running"), "running daemon")
+        record = home / "retention.json"
+        wait_for(record.exists, "the daemon's retention run")
+        first = json.loads(record.read_text())
+        assert first["by"] == f"daemon {proc.pid}" and first["report"]["days"] == 30.0
+        logs = home / "logs"
+        wait_for(lambda: (logs / "daemon.log.1").exists(), "daemon.log rotated")
+        wait_for(lambda: "retention: " in "".join(p.read_text() for p in _generations(logs / "daemon.log")), "logged")
+        assert not (logs / "daemon.log.3").exists()
+        assert all(p.stat().st_size <= 400 + 1500 for p in _generations(logs / "daemon.log"))  # the cap + a line
+        stamp = record.stat().st_mtime_ns
+        assert state_is(home, "running")  # many watches later: still one run a day
+        assert record.stat().st_mtime_ns == stamp
+    finally:
+        stop_serving(proc)

@@ -34,14 +34,21 @@ def log_path(home: Path | str) -> str:
 
 
 def daemon_logger(home: Path | str, settings: Settings) -> Callable[[str], None]:
-    """The daemon's `log(msg)`: a timestamped line with the pid; a line that cannot be written (a full disk) is
-    dropped, never raised into a request."""
+    """The daemon's `log(msg)`: a timestamped line with the pid; a line that cannot be written (a full disk, a
+    deleted home: an orphan never recreates it) is dropped, never raised into a request."""
     path = private_file(log_path(home))
 
     def log(msg: str) -> None:
         line = f"{dt.datetime.now().isoformat(timespec='seconds')} [{os.getpid()}] {msg}"
         try:
-            append_line(path, line, max_bytes=settings.LOG_MAX_BYTES, keep=settings.LOG_KEEP, copy_truncate=True)
+            append_line(
+                path,
+                line,
+                max_bytes=settings.LOG_MAX_BYTES,
+                keep=settings.LOG_KEEP,
+                copy_truncate=True,
+                make_dirs=False,
+            )
         except OSError:
             pass
 

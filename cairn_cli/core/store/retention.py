@@ -296,8 +296,9 @@ def _record(report: RetentionReport, by: str) -> None:
     """The run's record in $CAIRN_HOME/retention.json (private): when, by whom, what it expired."""
     import orjson
 
-    from cairn_cli.files import atomic_write, private_dir
+    from cairn_cli.files import atomic_write
 
-    private_dir(config.home_dir())
+    if not os.path.isdir(config.home_dir()):
+        return  # an orphaned daemon's home was deleted while it ran: never recreated
     record = {"at": _iso(utcnow()), "by": by, "report": report.as_dict()}
     atomic_write(record_path(), orjson.dumps(record, option=orjson.OPT_INDENT_2), fsync=False)
