@@ -81,12 +81,24 @@ def handle_errors(fn: Callable) -> Callable:
     return wrapper
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from cairn_cli import __version__
+
+        sys.stdout.write(f"cairn {__version__}\n")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def root(
     db_url: Annotated[str | None, typer.Option("--db-url", help="Memory store URL (overrides CAIRN_DB_URL).")] = None,
     ephemeral_db_url: Annotated[
         str | None, typer.Option("--ephemeral-db-url", help="Delivery log URL (overrides CAIRN_EPHEMERAL_DB_URL).")
     ] = None,
+    version: Annotated[
+        bool,
+        typer.Option("--version", is_eager=True, callback=_print_version, help="Print cairn's version and exit."),
+    ] = False,
 ) -> None:
     """cairn: memory injection with provenance, labels and a learned reranker."""
     set_globals(DB_URL=db_url, EPHEMERAL_DB_URL=ephemeral_db_url)
