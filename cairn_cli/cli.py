@@ -55,7 +55,9 @@ replay_app = _group(
 )
 ab_queue_app = _group(help="Candidate instructions for arm B.")
 db_app = _group(help="The stores themselves: copy one between SQLite and PostgreSQL.")
-stats_app = _group(help="What the labels say: deliveries, label volume, floors, abstentions, write-side dedup.")
+stats_app = _group(
+    help="What the labels say: deliveries, label volume, floors, abstentions, write-side dedup; how big the stores are."
+)
 
 
 def handle_errors(fn: Callable) -> Callable:
@@ -146,6 +148,7 @@ COMMANDS: list[tuple[typer.Typer, str, Callable]] = [
     (stats_app, "prompts", stats.prompts),
     (stats_app, "dedup", stats.dedup),
     (stats_app, "instances", stats.instances),
+    (stats_app, "stores", stats.stores),
 ]
 for _parent, _name, _fn in COMMANDS:
     _parent.command(_name)(handle_errors(_fn))
