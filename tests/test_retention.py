@@ -178,3 +178,13 @@ def test_status_says_what_would_expire_and_what_has(log):
         "hook_state": len(_table("hook_state")),
     }
     assert after.last_run is not None and retention.seconds_since_last_run() is not None
+
+
+def test_backfill_says_a_turn_s_prompt_expired(log):
+    from cairn_cli.core.hooks import backfill
+    from cairn_cli.core.store import hookstate
+
+    retention.apply_retention(Settings(), now=utcnow() + LATER)
+    row = hookstate.get_turn("s1", 1)
+    row.transcript_path = "/nonexistent/s1.jsonl"
+    assert backfill._Responses().response(row, 0) == (None, backfill.PROMPT_EXPIRED)

@@ -66,7 +66,8 @@ def run_due(home: Path | str, settings: Settings, log: Callable[[str], None]) ->
     try:
         if not retention_due(settings):
             return None
-    except Exception as exc:  # a bad CAIRN_RETENTION_DAYS: said once a watch, the daemon goes on
+    except Exception as exc:  # a bad CAIRN_RETENTION_DAYS: said, and tried again RETRY_S later
+        _failed_at[:] = [time.monotonic()]
         log(f"retention skipped: {exc}")
         return None
     if not _running.acquire(blocking=False):
