@@ -56,7 +56,9 @@ replay_app = _group(
 )
 ab_queue_app = _group(help="Candidate instructions for arm B.")
 db_app = _group(help="The stores themselves: copy one between SQLite and PostgreSQL.")
-stats_app = _group(help="What the labels say: deliveries, label volume, floors, abstentions, write-side dedup.")
+stats_app = _group(
+    help="What the labels say: deliveries, label volume, floors, abstentions, write-side dedup; how big the stores are."
+)
 
 
 def handle_errors(fn: Callable) -> Callable:
@@ -82,12 +84,24 @@ def handle_errors(fn: Callable) -> Callable:
     return wrapper
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from cairn_cli import __version__
+
+        sys.stdout.write(f"cairn {__version__}\n")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def root(
     db_url: Annotated[str | None, typer.Option("--db-url", help="Memory store URL (overrides CAIRN_DB_URL).")] = None,
     ephemeral_db_url: Annotated[
         str | None, typer.Option("--ephemeral-db-url", help="Delivery log URL (overrides CAIRN_EPHEMERAL_DB_URL).")
     ] = None,
+    version: Annotated[
+        bool,
+        typer.Option("--version", is_eager=True, callback=_print_version, help="Print cairn's version and exit."),
+    ] = False,
 ) -> None:
     """cairn: memory injection with provenance, labels and a learned reranker."""
     set_globals(DB_URL=db_url, EPHEMERAL_DB_URL=ephemeral_db_url)
@@ -136,6 +150,7 @@ COMMANDS: list[tuple[typer.Typer, str, Callable]] = [
     (stats_app, "prompts", stats.prompts),
     (stats_app, "dedup", stats.dedup),
     (stats_app, "instances", stats.instances),
+    (stats_app, "stores", stats.stores),
 ]
 for _parent, _name, _fn in COMMANDS:
     _parent.command(_name)(handle_errors(_fn))

@@ -139,6 +139,20 @@ _SETTINGS = [
     ),
     Setting("DAEMON_IDLE_EXIT_S", 0.0, float, "The daemon exits after this long without a rank or embed; 0: never."),
     Setting(
+        "LOG_MAX_BYTES",
+        5 * 1024 * 1024,
+        int,
+        "hook.log and daemon.log are rotated once they pass this size (0: never rotated).",
+    ),
+    Setting("LOG_KEEP", 3, int, "Old generations of each log kept on rotation (hook.log.1 ... hook.log.N)."),
+    Setting(
+        "RETENTION_DAYS",
+        30.0,
+        float,
+        "After this many days the delivery log's long text expires: unlabelled deliveries' context windows and the "
+        "prompt kept in hook state; grades, engagement, ids and scores stay (0: keep everything forever).",
+    ),
+    Setting(
         "ENGAGEMENT_LEXICAL_MIN",
         0.25,
         float,

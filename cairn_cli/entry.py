@@ -125,6 +125,11 @@ def _typer(argv: list[str]) -> int:
 
 def main() -> None:
     argv = sys.argv[1:]
+    if argv == ["--version"]:  # without Typer: what a wrapper script or a bug report asks first
+        from cairn_cli import __version__
+
+        sys.stdout.write(f"cairn {__version__}\n")
+        sys.exit(0)
     if argv[:1] == ["rank"] and "--help" not in argv and "-h" not in argv:
         sys.exit(fast_rank(argv[1:]))
     if argv[:1] == ["hook"] and argv[1:] in (["prompt"], ["stop"]):

@@ -7,6 +7,7 @@ Stdlib only (the hooks use it).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 from collections.abc import Iterator
@@ -35,11 +36,121 @@ def private_file(path: str | os.PathLike[str]) -> str:
     return path
 
 
-def append_line(path: str | os.PathLike[str], line: str) -> None:
-    """Append one line to a private log file (created 0600)."""
-    fd = os.open(private_file(path), os.O_WRONLY | os.O_APPEND)
-    with os.fdopen(fd, "a", encoding="utf-8") as fh:
-        fh.write(line if line.endswith("\n") else line + "\n")
+def append_line(
+    path: str | os.PathLike[str],
+    line: str,
+    *,
+    max_bytes: int = 0,
+    keep: int = 0,
+    copy_truncate: bool = False,
+    make_dirs: bool = True,
+) -> None:
+    """Append one line to a private log file (created 0600), whole or not at all.
+
+    The line goes out in one os.write on an O_APPEND descriptor, so lines of concurrent writers never interleave.
+    On a full disk (or a file size limit) a write may be short: what it wrote is cut off again, so no partial line
+    is left for the next one to be glued to, and OSError is raised (a log's caller decides whether that matters).
+    `max_bytes` > 0: once the file has grown past it, it is rotated (`rotate`: `keep` old generations).
+    `make_dirs` False: a missing directory is FileNotFoundError, never created (an orphaned daemon's deleted home)."""
+    path = os.fspath(path)
+    data = (line if line.endswith("\n") else line + "\n").encode("utf-8", errors="replace")
+    if make_dirs:
+        private_file(path)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE)
+    try:
+        written = os.write(fd, data)  # an error here wrote nothing (POSIX reports a partial write as a count)
+        end = os.lseek(fd, 0, os.SEEK_CUR)  # O_APPEND: the end of what this write put in the file
+        if written < len(data):
+            if os.fstat(fd).st_size >= end:  # not when a copy_truncate rotation has just cut the file
+                os.ftruncate(fd, end - written)
+            raise OSError(errno.ENOSPC, f"{path}: only {written} of {len(data)} bytes fitted, the line was cut off")
+    finally:
+        os.close(fd)
+    if max_bytes > 0 and end > max_bytes:
+        try:
+            rotate(path, keep, over=max_bytes, copy_truncate=copy_truncate)
+        except OSError:
+            pass  # the line is written; the next one tries the rotation again
+
+
+def append_log(path: str | os.PathLike[str], line: str, *, copy_truncate: bool = False) -> None:
+    """append_line with the log rotation settings (CAIRN_LOG_MAX_BYTES, CAIRN_LOG_KEEP), resolved now."""
+    from cairn_cli import config
+
+    max_bytes, keep = config.get("LOG_MAX_BYTES"), config.get("LOG_KEEP")
+    append_line(path, line, max_bytes=int(str(max_bytes)), keep=int(str(keep)), copy_truncate=copy_truncate)
+
+
+def generation(path: str | os.PathLike[str], n: int) -> str:
+    """The name of a log's `n`-th old generation (`hook.log.1` is the newest)."""
+    return f"{os.fspath(path)}.{n}"
+
+
+def rotate(path: str | os.PathLike[str], keep: int, *, over: int = 0, copy_truncate: bool = False) -> bool:
+    """When `path` holds more than `over` bytes, make it `path.1` (`path.1` becomes `path.2`, ..., and the
+    generations past `keep` are deleted); True when it rotated. One process rotates at a time (a non-blocking
+    flock on `path.lock`): one that finds it taken, or finds the file already small again (another process
+    rotated it since this one wrote), leaves it alone; a writer that lost the race simply appended to the file
+    that was current, which is now `path.1`: nothing is lost.
+
+    `copy_truncate`: the file is copied to `path.1` and cut to nothing in place, instead of renamed. For a log that
+    a long-lived process also writes through a descriptor it holds (the daemon's stderr): after a rename it would
+    go on writing into `path.1`, and once that was deleted, into a file no one can see or bound. A line that
+    arrives between the copy and the cut is lost; writers append at the new end after it."""
+    path = os.fspath(path)
+    try:
+        if os.stat(path).st_size <= over:
+            return False
+    except FileNotFoundError:
+        return False
+    with exclusive_lock(path + ".lock", make_dirs=False) as held:
+        if not held:
+            return False
+        try:
+            if os.stat(path).st_size <= over:  # again, holding the lock: another process may have rotated it
+                return False
+        except FileNotFoundError:
+            return False
+        n = max(0, keep) + 1
+        while os.path.exists(generation(path, n)):  # generations a larger CAIRN_LOG_KEEP left behind
+            os.unlink(generation(path, n))
+            n += 1
+        if keep <= 0:
+            if copy_truncate:
+                os.truncate(path, 0)
+            else:
+                os.unlink(path)
+            return True
+        for i in range(keep - 1, 0, -1):
+            if os.path.exists(generation(path, i)):
+                os.replace(generation(path, i), generation(path, i + 1))
+        if copy_truncate:
+            _copy_then_truncate(path, generation(path, 1))
+        else:
+            os.replace(path, generation(path, 1))
+        return True
+
+
+def _copy_then_truncate(path: str, to: str) -> None:
+    """Copy `path` to `to` (private, whole or not at all), then cut `path` to nothing in place (its inode, and every
+    descriptor open on it, stay)."""
+    import shutil
+
+    tmp = f"{to}.tmp"
+    fd = os.open(path, os.O_RDWR)
+    try:
+        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
+        try:
+            with open(fd, "rb", closefd=False) as src, open(out, "wb") as dst:
+                shutil.copyfileobj(src, dst)  # to the end as it is now: what arrived while copying included
+            os.replace(tmp, to)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)
 
 
 def atomic_write(
@@ -70,10 +181,13 @@ def atomic_write(
 
 
 @contextlib.contextmanager
-def exclusive_lock(path: str | os.PathLike[str]) -> Iterator[bool]:
+def exclusive_lock(path: str | os.PathLike[str], *, make_dirs: bool = True) -> Iterator[bool]:
     """Hold an exclusive flock on `path` (created 0600) for the block, without waiting: yields False (holding
-    nothing) when another process has it. The lock dies with its process, so a crash never leaves it stuck."""
-    fd = os.open(private_file(path), os.O_RDWR)
+    nothing) when another process has it. The lock dies with its process, so a crash never leaves it stuck.
+    `make_dirs` False: a missing directory is FileNotFoundError, never created."""
+    if make_dirs:
+        private_file(path)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, PRIVATE_FILE)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -13,12 +13,13 @@ LOG_NAME = "hook.log"
 
 
 def log(line: str) -> None:
-    """Append one line to $CAIRN_HOME/logs/hook.log; a hook must not fail because its log cannot be written."""
+    """Append one line to $CAIRN_HOME/logs/hook.log, whole or not at all (rotated past CAIRN_LOG_MAX_BYTES); a hook
+    must not fail because its log cannot be written (a full disk)."""
     try:
         from cairn_cli.config import home_dir
-        from cairn_cli.files import append_line
+        from cairn_cli.files import append_log
 
-        append_line(os.path.join(home_dir(), "logs", LOG_NAME), f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {line}")
+        append_log(os.path.join(home_dir(), "logs", LOG_NAME), f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {line}")
     except Exception:
         pass
 

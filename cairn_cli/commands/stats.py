@@ -1,5 +1,5 @@
-"""`cairn stats deliveries|labels|floors|prompts|dedup`: grades, engagement, label volume and floor checks over the
-delivery log; the write-side dedup rate over the memory store."""
+"""`cairn stats deliveries|labels|floors|prompts|dedup|instances|stores`: grades, engagement, label volume and floor
+checks over the delivery log; the write-side dedup rate over the memory store; how big each store is."""
 
 from __future__ import annotations
 
@@ -277,3 +277,49 @@ def instances(since: Since = None, json: Json = False) -> None:
             cells[f"{m} rate (n)"] = "-" if not e else f"{e['rate']:.2f} ({e['n']})"
         table.append(cells)
     output.table(table, list(table[0]), title="instances sharing this store")
+
+
+def stores(json: Json = False) -> None:
+    """How big each store is: URL, backend, size on disk; per table rows, size and long text; the logs.
+
+    Example: cairn stats stores --json
+    """
+    from cairn_cli.core.store.sizes import store_sizes
+
+    report = store_sizes(store(read_only=True))
+    if json:
+        output.json_out(report.as_dict())
+        return
+    rows = [
+        {
+            "store": s.store,
+            "table": t.table,
+            "rows": t.rows,
+            "size": _bytes(t.bytes),
+            "long text (chars)": "" if t.text_chars is None else f"{t.text_chars} ({t.long_text})",
+        }
+        for s in report.stores
+        for t in s.tables
+    ]
+    for s in report.stores:
+        output.message(f"{s.store}: {s.backend} {s.url}, {_bytes(s.bytes)} on disk, {s.rows} rows")
+    output.table(rows, ["store", "table", "rows", "size", "long text (chars)"], title="stores")
+    if report.logs:
+        output.message(
+            f"logs: {_bytes(sum(report.logs.values()))} in {len(report.logs)} files ("
+            + ", ".join(f"{name} {_bytes(n)}" for name, n in report.logs.items())
+            + ")"
+        )
+
+
+def _bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    if n < 1024:
+        return f"{n} B"
+    size = float(n)
+    for unit in ("KiB", "MiB", "GiB"):
+        size /= 1024
+        if size < 1024 or unit == "GiB":
+            break
+    return f"{size:.1f} {unit}"

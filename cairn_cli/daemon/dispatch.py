@@ -28,10 +28,14 @@ def spawn(home, why: str):
     claim the spawn first (lock.claim_spawn): one daemon per CAIRN_HOME, one spawn at a time."""
     import subprocess
 
-    from cairn_cli.files import append_line, private_file
+    from cairn_cli.files import append_log, private_file
 
     log_path = private_file(os.path.join(str(home), "logs", "daemon.log"))
-    append_line(log_path, f"{time.strftime('%Y-%m-%dT%H:%M:%S')} [{os.getpid()}] spawn: starting a daemon ({why})")
+    line = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} [{os.getpid()}] spawn: starting a daemon ({why})"
+    try:  # rotated in place (copy_truncate): the daemon's stdout and stderr below stay on daemon.log
+        append_log(log_path, line, copy_truncate=True)
+    except OSError:
+        pass  # a full disk: the daemon is started all the same
     with open(log_path, "ab") as log:
         return subprocess.Popen(
             [sys.executable, "-m", "cairn_cli", "daemon", "serve"],

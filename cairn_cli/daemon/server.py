@@ -30,10 +30,11 @@ from pathlib import Path
 import orjson
 
 from cairn_cli.config import Settings
+from cairn_cli.daemon import housekeeping
 from cairn_cli.daemon import lock as home_lock
 from cairn_cli.daemon.client import clear_backoff, socket_path, status_path
 from cairn_cli.errors import CairnError, DeadlineExceeded, InvalidInput
-from cairn_cli.files import atomic_write, private_dir, private_file
+from cairn_cli.files import atomic_write, private_dir
 
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 
@@ -266,6 +267,7 @@ class Daemon:
             if gone:
                 self.stop(gone)
                 return
+            housekeeping.run_due(self.home, self.settings, self.log)  # daemon.log's cap; retention once a day
             quiet = time.monotonic() - self.last_work
             if idle > 0 and self.state == "ready" and quiet >= idle and not self.lock.locked():
                 self.stop(f"idle for {idle:g} s (CAIRN_DAEMON_IDLE_EXIT_S)")
@@ -339,12 +341,7 @@ def serve(home: Path, settings: Settings) -> int:
         raise AlreadyRunning("a cairn daemon is already running for this CAIRN_HOME", "see `cairn daemon status`")
     try:
         private_dir(home / "logs")
-        with open(private_file(home / "logs" / "daemon.log"), "a", buffering=1) as log_file:
-
-            def log(msg: str) -> None:
-                log_file.write(f"{dt.datetime.now().isoformat(timespec='seconds')} [{os.getpid()}] {msg}\n")
-
-            return _serve_locked(home, settings, log)
+        return _serve_locked(home, settings, housekeeping.daemon_logger(home, settings))  # rotated, whole lines
     finally:
         home_lock.release(home)
 

@@ -44,6 +44,7 @@ TOO_SMALL = 30  # fewer graded rows than this on a side: "too small to act on"
 NO_HOOK_STATE = "no hook state for the turn"
 NO_TRANSCRIPT_PATH = "no transcript path recorded"
 NO_PROMPT = "no prompt recorded"
+PROMPT_EXPIRED = "prompt expired (older than CAIRN_RETENTION_DAYS): backfill runs within the retention period"
 MISSING = "transcript missing (moved or deleted)"
 UNREADABLE = "transcript unreadable"
 TURN_NOT_FOUND = "turn not found in the transcript (truncated, compacted or another file)"
@@ -148,7 +149,7 @@ class _Responses:
             return None, NO_TRANSCRIPT_PATH
         prompt = data.get("prompt")
         if not isinstance(prompt, str) or not prompt.strip():
-            return None, NO_PROMPT
+            return None, PROMPT_EXPIRED if "prompt" in (data.get("expired") or ()) else NO_PROMPT
         transcript = self._read(os.path.expanduser(path))
         if isinstance(transcript, str):
             return None, transcript

@@ -104,7 +104,7 @@ def graded_rows(settings: Settings, *, instance: str | None = None) -> list[Labe
             scope=r.scope,
         )
         for r in rows
-        if r.memory_id in texts
+        if r.memory_id in texts and r.context_window  # '': expired (core/store/retention.py), no query to pair
     ]
 
 
@@ -156,7 +156,7 @@ def engagement_rows(
     )
     out = []
     for r in rows:
-        if r.memory_id not in texts:
+        if r.memory_id not in texts or not r.context_window:  # '': expired (core/store/retention.py)
             continue
         if r.engaged and r.engaged_method == LEXICAL and (r.engaged_score or 0.0) < min_pos:
             continue
