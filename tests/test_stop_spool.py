@@ -203,3 +203,40 @@ def test_doctor_finds_loose_modes_and_an_unreadable_store_and_fixes_the_modes(st
     assert result.exit_code == 1
     bad = next(f for f in report["findings"] if f["check"] == "ephemeral store")
     assert bad["status"] == "error" and bad["fix"]
+
+
+@pytest.mark.slow
+def test_a_running_daemon_writes_the_stops_waiting_in_the_spool(store, capsys, cairn_home, quick_busy):
+    from tests.test_daemon import serve, state_is, stop_serving, wait_for
+
+    shown = prompt_turn(capsys, "s1")
+    with WriteLock(cairn_home / "memory.db"):
+        assert hook_entry.run_stop(stop_payload(cm_message(shown, "Applied by the daemon's watch"))) == 0
+    assert len(spool.waiting(str(cairn_home))) == 1
+    db.close_all()
+    proc = serve(cairn_home, CAIRN_DAEMON_WATCH_S="0.2")
+    try:
+        wait_for(lambda: state_is(cairn_home, "running"), "running daemon")
+        wait_for(lambda: not spool.waiting(str(cairn_home)), "the spool applied by the daemon")
+    finally:
+        stop_serving(proc)
+    from cairn_cli.core.store import open_stores
+
+    open_stores(Settings())
+    assert len(new_memories("Applied by the daemon's watch")) == 1
+    assert {r.memory_id: r.grade for r in deliveries.list_deliveries(Settings(), session_id="s1")}[shown[0]] == 3
+    assert "spool: applying" in (cairn_home / "logs" / "daemon.log").read_text()
+
+
+def test_doctor_expires_text_past_the_retention_period_on_apply(store, capsys, cli):
+    prompt_turn(capsys, "s1")
+    db.execute("ephemeral", "UPDATE hook_state SET created_at = ?", ("2001-01-01 00:00:00",))
+    db.execute("ephemeral", "UPDATE memory_deliveries SET delivered_at = ?", ("2001-01-01 00:00:00",))
+    result = cli("doctor", "--only", "retention")
+    assert result.exit_code == 1 and "older than 30 days" in result.output
+    assert cli("doctor", "--only", "retention", "--apply").exit_code == 0
+    from cairn_cli.core.store.hookstate import get_turn
+
+    assert "prompt" not in (get_turn("s1", 1).data or {})
+    assert db.execute("ephemeral", "SELECT DISTINCT context_window FROM memory_deliveries") == [("",)]
+    assert cli("doctor", "--only", "retention").exit_code == 0  # a rerun finds nothing left

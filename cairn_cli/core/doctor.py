@@ -5,7 +5,9 @@ Checks (each a function below, in the order a person would look):
 - home: CAIRN_HOME and the files in it private (0700 / 0600: they hold prompts and memories); apply: chmod;
 - stores: each store opens, passes SQLite's integrity check (PostgreSQL: answers), has no pending migration;
 - spool: Stops waiting because their transaction could not be written in time (core/hooks/spool.py); apply:
-  applies them now, oldest first, each once.
+  applies them now, oldest first, each once;
+- retention: the delivery log's long text older than CAIRN_RETENTION_DAYS (core/store/retention.py); apply: expires
+  it now (the daemon does it once a day).
 
 Doctor opens the stores itself (the point of it is whether they open) and never creates one.
 """
@@ -21,6 +23,7 @@ from cairn_cli import config
 from cairn_cli.config import Settings
 
 OK, WARN, ERROR = "ok", "warn", "error"
+CHECKS = ("home", "stores", "spool", "retention")
 
 
 @dataclass
@@ -46,18 +49,25 @@ class DoctorReport:
         return {"home": self.home, "healthy": self.healthy, "findings": [vars(f) for f in self.findings]}
 
 
-def diagnose(settings: Settings, *, apply: bool = False, embed_with_model=None, embed=None) -> DoctorReport:
-    """Run every check; with `apply`, fix what can be fixed (`embed_with_model` / `embed`: the embedders a spooled
-    Stop is applied with, as the Stop hook's)."""
+def diagnose(
+    settings: Settings, *, apply: bool = False, only: str | None = None, embed_with_model=None, embed=None
+) -> DoctorReport:
+    """Run every check (`only`: one of CHECKS); with `apply`, fix what can be fixed (`embed_with_model` / `embed`:
+    the embedders a spooled Stop is applied with, as the Stop hook's)."""
     home = config.home_dir()
     report = DoctorReport(home)
-    report.findings += check_home(home, apply=apply)
+    if only in (None, "home"):
+        report.findings += check_home(home, apply=apply)
     stores = check_stores(settings)
-    report.findings += stores
+    if only in (None, "stores"):
+        report.findings += stores
     opened = all(f.status != ERROR for f in stores)
-    report.findings += check_spool(
-        home, settings, apply=apply and opened, embed_with_model=embed_with_model, embed=embed
-    )
+    if only in (None, "spool"):
+        report.findings += check_spool(
+            home, settings, apply=apply and opened, embed_with_model=embed_with_model, embed=embed
+        )
+    if only in (None, "retention") and opened:
+        report.findings += check_retention(settings, apply=apply)
     return report
 
 
@@ -229,6 +239,40 @@ def check_spool(home: str, settings: Settings, *, apply: bool, embed_with_model,
         if not left:
             finding.status = OK
     return [*findings, finding]
+
+
+# -- retention -----------------------------------------------------------------------------------------------------
+
+
+def check_retention(settings: Settings, *, apply: bool) -> list[Finding]:
+    from cairn_cli import db
+    from cairn_cli.core.store import retention
+    from cairn_cli.errors import NotFound
+
+    url = config.ephemeral_db_url(settings.EPHEMERAL_DB_URL)
+    try:
+        database = db.connect_store("ephemeral", url, create=False, migrate=True)
+    except NotFound:
+        return []
+    try:
+        status = retention.retention_status(settings, database=database)
+        if status.cutoff is None:
+            return [Finding("retention", OK, "retention is off (CAIRN_RETENTION_DAYS=0): the delivery log keeps all")]
+        due = sum(t.expired for t in status.due)
+        if not due:
+            return [Finding("retention", OK, f"nothing older than {status.days:g} days waits to expire")]
+        finding = Finding(
+            "retention",
+            WARN,
+            f"{due} rows hold prompt or context text older than {status.days:g} days (CAIRN_RETENTION_DAYS)",
+            "cairn doctor --apply (the daemon expires it once a day)",
+        )
+        if apply:
+            report = retention.apply_retention(settings, database=database, by="cairn doctor --apply")
+            finding.applied, finding.status = report.summary(), OK
+        return [finding]
+    finally:
+        database.close()
 
 
 def _age(seconds: float) -> str:

@@ -4,6 +4,9 @@
   (copy_truncate): the daemon's stdout and stderr are that same file (dispatch.spawn), a descriptor a rename would
   leave writing into daemon.log.1 and, once that was deleted, into a file no one sees. The watch loop rotates it
   too, for what reaches stderr without a log call (a library's warnings).
+- the Stop spool (core/hooks/spool.py): Stops that could not be written in time are applied by a
+  `cairn doctor --only spool --apply` process of their own (their embeddings come back here, as a Stop hook's do),
+  at most one at a time and one start every SPOOL_EVERY_S;
 - the delivery log's retention (core/store/retention.py), at most once a RETENTION_EVERY_S, in a thread of its own
   over a connection of its own (the models' proxies are the requests'), so that neither a request nor the watch
   loop waits for it.
@@ -25,7 +28,9 @@ DAEMON_LOG = "daemon.log"
 RETENTION_EVERY_S = 24 * 3600.0
 RETRY_S = 3600.0  # a run that failed (the store unreachable) is tried again this much later, not every watch
 
+SPOOL_EVERY_S = 30.0
 _running = threading.Lock()  # one retention run at a time in this process
+_spooler: dict = {"proc": None, "at": None}  # the spool's applier process, and when it was started
 _failed_at: list[float] = []  # monotonic time of the last failed run
 
 
@@ -63,6 +68,7 @@ def run_due(home: Path | str, settings: Settings, log: Callable[[str], None]) ->
             rotate(log_path(home), settings.LOG_KEEP, over=settings.LOG_MAX_BYTES, copy_truncate=True)
     except OSError as exc:
         log(f"daemon.log not rotated: {exc}")
+    apply_spool(home, log)
     try:
         if not retention_due(settings):
             return None
@@ -79,6 +85,37 @@ def run_due(home: Path | str, settings: Settings, log: Callable[[str], None]) ->
         _running.release()
         raise
     return thread
+
+
+def apply_spool(home: Path | str, log: Callable[[str], None]):
+    """Start `cairn doctor --only spool --apply` when Stops wait in the spool and no applier runs (its own process:
+    the models' proxies are the requests'); returns the process when one was started."""
+    import subprocess
+    import sys
+
+    from cairn_cli.core.hooks import spool
+
+    proc, at = _spooler["proc"], _spooler["at"]
+    if proc is not None and proc.poll() is None:
+        return None
+    if at is not None and time.monotonic() - at < SPOOL_EVERY_S:
+        return None
+    try:
+        if not spool.waiting(str(home)):
+            return None
+        _spooler["proc"] = subprocess.Popen(
+            [sys.executable, "-m", "cairn_cli", "doctor", "--only", "spool", "--apply", "--json"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, "CAIRN_HOME": str(home)},
+        )
+    except OSError as exc:
+        log(f"spool not applied: {exc}")
+        return None
+    _spooler["at"] = time.monotonic()
+    log(f"spool: applying the Stops waiting in {spool.spool_dir(str(home))} (pid {_spooler['proc'].pid})")
+    return _spooler["proc"]
 
 
 def retention_due(settings: Settings) -> bool:
