@@ -75,6 +75,12 @@ FULL = {
     "modes": ",".join(MODES),
     "memories": 2000,
 }
+MODE_TEXT = {
+    "daemon": "`daemon` warm, composite only (CAIRN_RERANKER_ENABLED=false)",
+    "daemon-student": "`daemon-student` warm, a student (bundled MiniLM + fresh head) deployed with its rerank plan "
+    "(CAIRN_RERANK_BUDGET_MS default)",
+    "down": "`down` no daemon and none may start (the lexical fallback)",
+}
 QUICK = {
     "sessions": "1,4",
     "turns": 2,
@@ -555,6 +561,7 @@ def main() -> int:
     ap.add_argument("--locomo", default=str(locomo.DATA), help="LoCoMo dev JSON (read in place)")
     ap.add_argument("--quick", action="store_true", help=f"a smoke run, by default {QUICK}")
     ap.add_argument("--name", default=None, help="results file name in --out (default concurrency[_quick])")
+    ap.add_argument("--label", default="", help="said in the report's title, e.g. 'before the fix'")
     ap.add_argument("--out", default=str(ROOT / "bench"))
     ap.add_argument("--work", default=None, help="keep the homes here (default: a temporary directory, removed)")
     ap.add_argument("--keep", action="store_true", help="keep the sessions' transcripts in the homes")
@@ -573,6 +580,7 @@ def main() -> int:
     if min(len(p.questions) for p in projs) < args.turns:
         raise SystemExit("a project has fewer questions than --turns")
     results: dict = {
+        "label": args.label,
         "date": dt.datetime.now().isoformat(timespec="seconds"),
         "command": " ".join(["scripts/bench_concurrency.py", *sys.argv[1:]]),
         "git": subprocess.run(
@@ -653,7 +661,8 @@ def write(results: dict, out: Path, name: str) -> None:
     (out / f"{name}.json").write_text(json.dumps(results, indent=1) + "\n")
     c = results["cpu"]
     lines = [
-        "# Sessions side by side: lost Stops, the daemon's share, latency against one session",
+        "# Sessions side by side: lost Stops, the daemon's share, latency against one session"
+        + (f" ({results['label']})" if results.get("label") else ""),
         "",
         f"- date: {results['date']}; code: `{results['git']}`",
         f"- machine: {c['cores']} cores shared with other work, {c['model']}; CPU flags (of {', '.join(CPU_FLAGS)}): "
@@ -671,10 +680,9 @@ def write(results: dict, out: Path, name: str) -> None:
             else f"at seeded offsets within the first {results['pause_s']} s"
         )
         + f"; the 1-session row is {results['single_sessions']} sessions run one at a time",
-        "- modes: `daemon` warm, composite only (CAIRN_RERANKER_ENABLED=false); `daemon-student` warm, a student "
-        "(bundled MiniLM + fresh head) deployed with its rerank plan (CAIRN_RERANK_BUDGET_MS default); `down` no "
-        "daemon and none may start (the lexical fallback); cairn's defaults otherwise (daemon timeout 1.5 s, "
-        "back-off 10 s, composite floor auto)",
+        "- modes: "
+        + "; ".join(MODE_TEXT[m] for m in MODES if m in {r["mode"] for r in results["runs"]})
+        + "; cairn's defaults otherwise (daemon timeout 1.5 s, back-off 10 s, composite floor auto)",
         "- a Stop is lost when nothing it sent (2 memories, its grades) is in the store after the spooled Stops "
         "were applied (`cairn doctor --apply`), partial when some is; ranked by the daemon: hook.log `ranker=cairn`",
         "",
