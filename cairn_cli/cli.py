@@ -55,7 +55,7 @@ replay_app = _group(
     help="The offline write-side A/B: real sessions replayed through two rules, judged (never promotes)."
 )
 ab_queue_app = _group(help="Candidate instructions for arm B.")
-db_app = _group(help="The stores themselves: copy one between SQLite and PostgreSQL.")
+db_app = _group(help="The stores themselves: make one on purpose, copy one between SQLite and PostgreSQL.")
 stats_app = _group(
     help="What the labels say: deliveries, label volume, floors, abstentions, write-side dedup; how big the stores are."
 )
@@ -143,6 +143,7 @@ COMMANDS: list[tuple[typer.Typer, str, Callable]] = [
     (replay_app, "run", replay.run),
     (replay_app, "report", replay.report),
     (replay_app, "list", replay.list_),
+    (db_app, "init", db.init),
     (db_app, "copy", db.copy),
     (stats_app, "deliveries", stats.deliveries),
     (stats_app, "labels", stats.labels),

@@ -187,6 +187,13 @@ _SETTINGS = [
         "Stop hook: how long a Stop retries a store other sessions keep locked before it waits in the spool "
         "($CAIRN_HOME/spool, applied by the next Stop, the daemon or `cairn doctor --apply`).",
     ),
+    Setting(
+        "MAX_INPUT_BYTES",
+        16 * 2**20,
+        int,
+        "The most a hook's stdin, `cairn rank`'s or `grade`'s stdin or --file, or a `memory import` file may hold; "
+        "more is refused with an error, never read to the end.",
+    ),
     Setting("STOP_MAX_MEMORIES", 20, int, "At most this many new memories a Stop writes (the rest is reported)."),
     Setting(
         "HOOK_TRANSCRIPT_WAIT_MS",
@@ -340,9 +347,15 @@ def student_path(override: str | None = None) -> Path:
     return Path(raw).expanduser() if raw else home() / "training_data" / "reranker-student"
 
 
+def default_db_url(kind: str) -> str:
+    """Where the `kind` store ("memory" or "ephemeral") is when no URL names it: a SQLite file under CAIRN_HOME, the
+    one place cairn makes a store without being asked to."""
+    return f"sqlite:///{home() / f'{kind}.db'}"
+
+
 def memory_db_url(override: str | None = None) -> str:
-    return str(get("DB_URL", override) or f"sqlite:///{home() / 'memory.db'}")
+    return str(get("DB_URL", override) or default_db_url("memory"))
 
 
 def ephemeral_db_url(override: str | None = None) -> str:
-    return str(get("EPHEMERAL_DB_URL", override) or f"sqlite:///{home() / 'ephemeral.db'}")
+    return str(get("EPHEMERAL_DB_URL", override) or default_db_url("ephemeral"))

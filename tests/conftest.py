@@ -114,5 +114,5 @@ def backend(request, monkeypatch, cairn_home):
         monkeypatch.setenv("CAIRN_EPHEMERAL_DB_URL", server.create_database("eph"))
         db.close_all()
         _common._globals.clear()
-        open_stores(Settings())
+        open_stores(Settings(), create=True)  # empty databases: the stores are made on purpose (`cairn db init`)
     return request.param

@@ -636,7 +636,7 @@ def pg_url(pg_server):
 
 def test_postgres_keeps_the_index_in_step_and_ranks_as_the_table(pg_url, tmp_path):
     settings = Settings(DB_URL=pg_url)
-    open_stores(settings)
+    open_stores(settings, create=True)  # an empty database: made on purpose
     assert isinstance(memory_proxy.obj, peewee.PostgresqlDatabase)
     assert memories.import_jsonl(EXAMPLES, settings, embed=lambda texts: None).added == 18
     assert_in_step()

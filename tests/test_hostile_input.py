@@ -213,7 +213,7 @@ def test_a_command_that_only_reads_never_creates_a_store(cli, tmp_path, argv):
     )
     assert result.exit_code == 1, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and "no memory store at" in lines[0] and "cairn memory" in lines[0]
+    assert len(lines) == 1 and "no memory store at" in lines[0] and "cairn db init" in lines[0]
     assert not (tmp_path / "nonexistent").exists()
 
 

@@ -336,7 +336,7 @@ def test_another_instances_long_transaction_never_hangs_a_stop(pg_server, cli, m
     monkeypatch.setenv("CAIRN_STOP_WRITE_BUDGET_S", "0.5")
     db.close_all()
     _common._globals.clear()
-    open_stores(Settings())
+    open_stores(Settings(), create=True)
     assert cli("memory", "import", EXAMPLES).exit_code == 0
     _prompt("s1", "how should prices be stored for the checkout?", None)
     shown = [d.memory_id for d in MemoryDelivery.select().where(MemoryDelivery.session_id == "s1")]

@@ -37,13 +37,15 @@ def settings(**overrides) -> Settings:
     return Settings(**{**_globals, **{k: v for k, v in overrides.items() if v is not None}})
 
 
-def store(*, read_only: bool = False, **overrides) -> Settings:
-    """The settings, with the memory store and the delivery log opened once for this command. `read_only`: a
-    store that does not exist is an error naming it (a command that only reads never creates one)."""
+def store(*, read_only: bool = False, create: bool = False, **overrides) -> Settings:
+    """The settings, with the memory store and the delivery log opened once for this command. A store that does
+    not exist is an error naming it (a mistyped --db-url never becomes a new empty store), except the default ones
+    under CAIRN_HOME, and any when the command makes its stores on purpose (`create`). `read_only`: not even the
+    default ones (a command that only reads never creates a store)."""
     from cairn_cli.core.store import open_stores
 
     s = settings(**overrides)
-    open_stores(s, create=not read_only)
+    open_stores(s, create=False if read_only else (True if create else None))
     return s
 
 

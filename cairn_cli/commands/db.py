@@ -1,4 +1,5 @@
-"""`cairn db copy`: a whole store moved between SQLite and PostgreSQL (core/store/copy.py)."""
+"""`cairn db init`: a store made on purpose (core/store/create.py); `cairn db copy`: a whole store moved between
+SQLite and PostgreSQL (core/store/copy.py)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,45 @@ from typing import Annotated
 import typer
 
 from cairn_cli import output
-from cairn_cli.commands._common import DryRun, Json
+from cairn_cli.commands._common import DryRun, Json, settings
 
 
 class Store(str, Enum):
     memory = "memory"
     ephemeral = "ephemeral"
+
+
+def init(
+    url: Annotated[
+        str | None,
+        typer.Argument(
+            help="The database to make the store in (default: each store's configured URL, CAIRN_HOME's without one)."
+        ),
+    ] = None,
+    store: Annotated[
+        Store | None, typer.Option(help="Which store (default: both; a URL names one, so say which).")
+    ] = None,
+    json: Json = False,
+) -> None:
+    """Create a store and bring it to this cairn's schema; a store already there is left as it is (a rerun does
+    nothing). Only the default stores under CAIRN_HOME are made without being asked: a store at another URL is made
+    here (or by `memory add` / `memory import`, or as `db copy`'s target).
+
+    Example: cairn db init postgresql://cairn@db/cairn_memories --store memory
+    """
+    from cairn_cli.core.store.create import STORES, init_stores
+
+    results = init_stores(settings(), STORES if store is None else (store.value,), url)
+    if json:
+        output.json_out([r.as_dict() for r in results])
+        return
+    for r in results:
+        if r.created:
+            output.text_out(f"{r.store} store created at {r.url} ({len(r.applied)} migrations)")
+        elif r.applied:
+            output.text_out(f"{r.store} store at {r.url}: {len(r.applied)} migrations applied ({', '.join(r.applied)})")
+        else:
+            output.text_out(f"{r.store} store at {r.url}: already at the current schema")
 
 
 def copy(

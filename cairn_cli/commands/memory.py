@@ -43,7 +43,7 @@ def add(
     from cairn_cli.daemon.dispatch import embed_daemon_first
 
     notes: list[str] = []
-    result = memories.add_memories([entry], store(), embed=embed_daemon_first, notes=notes)[0]
+    result = memories.add_memories([entry], store(create=True), embed=embed_daemon_first, notes=notes)[0]
     for note in notes:
         output.message(note)
     if json:
@@ -78,7 +78,12 @@ def import_(
     lines = sum(1 for line in file.open("rb") if line.strip()) if file.is_file() else None
     with output.progress(lines, "importing") as tick:
         report = memories.import_jsonl(
-            file, store(), source_ref=source_ref, skip_invalid=skip_invalid, progress=tick, embed=embed_daemon_first
+            file,
+            store(create=True),
+            source_ref=source_ref,
+            skip_invalid=skip_invalid,
+            progress=tick,
+            embed=embed_daemon_first,
         )
     if json:
         output.json_out(

@@ -45,10 +45,19 @@ def writing_instance() -> str | None:
     return _writing["instance"]
 
 
-_MISSING_HINT = {
-    "memory": "add memories first (`cairn memory add` / `cairn memory import`), or check --db-url / CAIRN_DB_URL",
-    "ephemeral": "nothing has been ranked yet (`cairn rank`), or check --ephemeral-db-url / CAIRN_EPHEMERAL_DB_URL",
-}
+_URL_FLAG = {"memory": "--db-url / CAIRN_DB_URL", "ephemeral": "--ephemeral-db-url / CAIRN_EPHEMERAL_DB_URL"}
+_HOLDS = {"memory": "memories", "ephemeral": "deliveries"}
+
+
+def _other(kind: str) -> str:
+    return "ephemeral" if kind == "memory" else "memory"
+
+
+def _missing_hint(kind: str, url: str, flag: str | None = None) -> str:
+    """How to get past a store that is not there: the URL may be mistyped, or the store was never made."""
+    import shlex
+
+    return f"check {flag or _URL_FLAG[kind]}, or create it: `cairn db init {shlex.quote(safe_url(url))} --store {kind}`"
 
 
 def _sqlite_path(url: str) -> Path | None:
@@ -62,7 +71,7 @@ def _sqlite_path(url: str) -> Path | None:
     return Path(raw[1:] if raw.startswith("//") else raw)
 
 
-def _connect(kind: str, url: str, *, create: bool) -> peewee.Database:
+def _connect(kind: str, url: str, *, create: bool, flag: str | None = None) -> peewee.Database:
     import peewee
 
     parsed = urlparse(url)
@@ -71,8 +80,8 @@ def _connect(kind: str, url: str, *, create: bool) -> peewee.Database:
         if path is None:
             return peewee.SqliteDatabase(":memory:", pragmas=_SQLITE_PRAGMAS)
         if not path.exists():
-            if not create:  # a command that only reads never makes a store (a mistyped --db-url would)
-                raise NotFound(f"no {kind} store at {path}", _MISSING_HINT[kind])
+            if not create:  # only a command that makes a store on purpose does (a mistyped --db-url would)
+                raise NotFound(f"no {kind} store at {path}", _missing_hint(kind, url, flag))
             from cairn_cli.files import private_file
 
             try:  # private: prompts and memories are nobody else's to read (SQLite gives -wal/-shm the same mode)
@@ -103,11 +112,8 @@ def _connect(kind: str, url: str, *, create: bool) -> peewee.Database:
 
 
 def _open_one(kind: str, url: str, *, create: bool) -> peewee.Database:
-    import peewee
+    from cairn_cli.db import tables
 
-    from cairn_cli.db import migrations, tables
-
-    registry = migrations.REGISTRIES[kind]
     proxy = tables.PROXIES[kind]
     lean = _lean.pop(kind, None)  # from here on this process writes `kind` through peewee
     if lean is not None:
@@ -116,17 +122,66 @@ def _open_one(kind: str, url: str, *, create: bool) -> peewee.Database:
     db = _open.get(key)
     if db is None:
         db = _connect(kind, url, create=create)
-        try:
-            db.connect(reuse_if_open=True)
-            migrations.apply_pending(db, registry)
-        except peewee.OperationalError as exc:
-            db.close()
-            db = _read_only(db, registry) if "readonly" in str(exc) else None
-            if db is None:
-                raise _open_error(kind, url, exc) from None
+        db = _checked(kind, url, db, create=create, migrate=True)
         _open[key] = db
     proxy.initialize(db)
     return db
+
+
+def _checked(
+    kind: str, url: str, db: peewee.Database, *, create: bool, migrate: bool, flag: str | None = None
+) -> peewee.Database:
+    """`db` connected, found to hold the `kind` store (or, with `create`, nothing of cairn's yet) and, with `migrate`,
+    brought to this cairn's schema; a SQLite store this process cannot write, opened read-only instead. Closed and
+    a one-line error raised when it is not the store it should be, or cannot be opened."""
+    import peewee
+
+    from cairn_cli.db import migrations
+
+    try:
+        db.connect(reuse_if_open=True)
+        _check_store(kind, url, recorded_migrations(db), create=create, flag=flag)
+        if migrate:
+            migrations.apply_pending(db, migrations.REGISTRIES[kind])
+        return db
+    except peewee.DatabaseError as exc:
+        db.close()
+        ro = _read_only(kind, url, db, flag) if "readonly" in str(exc) else None
+        if ro is None:
+            raise _open_error(kind, url, exc, flag) from None
+        return ro
+    except BaseException:
+        db.close()
+        raise
+
+
+def recorded_migrations(database) -> set[str] | None:
+    """The migrations recorded in `database`'s ledger; None when it has no ledger (nothing of cairn's in it)."""
+    if not database.table_exists("cairn_migrations"):
+        return None
+    return {name for (name,) in database.execute_sql("SELECT name FROM cairn_migrations").fetchall()}
+
+
+def _check_store(kind: str, url: str, done: set[str] | None, *, create: bool, flag: str | None = None) -> None:
+    """Refuse a database that is not the `kind` store before anything is written to it: one that holds the other
+    store (a --db-url pointing at ephemeral.db would get the memory schema migrated into it), or, unless the
+    caller makes the store on purpose (`create`), one that holds no cairn store at all (an empty PostgreSQL
+    database, an empty file: a mistyped URL must not become a new, empty store)."""
+    from cairn_cli.db.schema import MIGRATIONS
+
+    done = done or set()
+    if done & set(MIGRATIONS[kind]):
+        return
+    other = _other(kind)
+    if done & set(MIGRATIONS[other]):
+        raise ConfigError(
+            f"{safe_url(url)} holds the {other} store ({_HOLDS[other]}), not the {kind} store",
+            f"check {flag or _URL_FLAG[kind]}",
+        )
+    if not create:
+        raise NotFound(
+            f"no {kind} store in {safe_url(url)} (the database holds no cairn tables)", _missing_hint(kind, url, flag)
+        )
 
 
 RETRY_PGCODES = {"40001": "serialization failure", "40P01": "deadlock detected", "55P03": "lock timeout"}
@@ -197,9 +252,11 @@ def driver_message(exc: BaseException) -> str:
     return next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
 
 
-def _open_error(kind: str, url: str, exc: Exception) -> ConfigError:
+def _open_error(kind: str, url: str, exc: Exception, flag: str | None = None) -> ConfigError:
     """One line: which store, where (no password), the driver's first line of why, and the fix."""
     why = driver_message(exc)
+    if why.startswith("file is not a database"):
+        return ConfigError(f"{safe_url(url)} is not a SQLite database", f"check {flag or _URL_FLAG[kind]}")
     return ConfigError(f"cannot open the {kind} database at {safe_url(url)}: {why}", _hint(url))
 
 
@@ -211,11 +268,14 @@ def _hint(url: str) -> str:
     return "check the URL and permissions"
 
 
-def _read_only(db: peewee.Database, registry) -> peewee.Database | None:
-    """A SQLite store this process may read but not write (another account's, a read-only mount): opened
-    read-only so that ranking still works; every write then fails and its caller says so. None when it cannot be
-    read either, or lacks a migration (its tables would not be what cairn expects)."""
+def _read_only(kind: str, url: str, db: peewee.Database, flag: str | None = None) -> peewee.Database | None:
+    """A SQLite store this process may read but not write (another account's, a read-only mount or CAIRN_HOME):
+    opened read-only so that ranking still works; every write then fails and its caller says so. None when it
+    cannot be read either, or lacks a migration (its tables would not be what cairn expects); the other store's
+    database is refused as on any open."""
     import peewee
+
+    from cairn_cli.db.schema import MIGRATIONS
 
     if not isinstance(db, peewee.SqliteDatabase) or db.database == ":memory:":
         return None
@@ -224,11 +284,16 @@ def _read_only(db: peewee.Database, registry) -> peewee.Database | None:
         ro = peewee.SqliteDatabase(f"file:{db.database}?{flags}", uri=True, pragmas={"busy_timeout": 5000})
         try:
             ro.connect()
-            done = {n for (n,) in ro.execute_sql("SELECT name FROM cairn_migrations").fetchall()}
+            done = recorded_migrations(ro)
         except peewee.DatabaseError:
             ro.close()
             continue
-        if all(name in done for name, _ in registry):
+        try:
+            _check_store(kind, url, done, create=False, flag=flag)
+        except BaseException:
+            ro.close()
+            raise
+        if done is not None and set(MIGRATIONS[kind]) <= done:
             return ro
         ro.close()
         return None
@@ -249,23 +314,35 @@ def open_db(memory_url: str, ephemeral_url: str, *, create: bool = True) -> tupl
     return open_memory_db(memory_url, create=create), open_ephemeral_db(ephemeral_url, create=create)
 
 
-def connect_store(kind: str, url: str, *, create: bool = True, migrate: bool = True) -> peewee.Database:
+def connect_store(
+    kind: str, url: str, *, create: bool = True, migrate: bool = True, flag: str | None = None
+) -> peewee.Database:
     """A connection of its own to the `kind` store at `url` ("memory" or "ephemeral"), migrated to the current
     schema unless `migrate` is False, neither cached nor bound to the models' proxies: a caller that holds two
-    databases at once (`cairn db copy`). The caller closes it."""
+    databases at once (`cairn db copy`; `flag`: the option that gave the URL, named in errors). The caller closes
+    it."""
+    database = _connect(kind, url, create=create, flag=flag)
+    return _checked(kind, url, database, create=create, migrate=migrate, flag=flag)
+
+
+def init_store(kind: str, url: str) -> tuple[bool, list[str]]:
+    """Make the `kind` store at `url` on purpose (`cairn db init`): the SQLite file or the cairn tables created
+    when missing, the pending migrations applied. Returns whether it held no `kind` store before, and the
+    migrations applied (a rerun applies none)."""
     import peewee
 
     from cairn_cli.db import migrations
+    from cairn_cli.db.schema import MIGRATIONS
 
-    database = _connect(kind, url, create=create)
+    database = _checked(kind, url, _connect(kind, url, create=True), create=True, migrate=False)
     try:
-        database.connect(reuse_if_open=True)
-        if migrate:
-            migrations.apply_pending(database, migrations.REGISTRIES[kind])
-    except peewee.OperationalError as exc:
-        database.close()
+        done = recorded_migrations(database) or set()
+        applied = migrations.apply_pending(database, migrations.REGISTRIES[kind])
+    except peewee.DatabaseError as exc:
         raise _open_error(kind, url, exc) from None
-    return database
+    finally:
+        database.close()
+    return not done & set(MIGRATIONS[kind]), applied
 
 
 def pending_migrations(kind: str, database: peewee.Database) -> list[str]:

@@ -46,9 +46,12 @@ def instance_id(settings: Settings) -> str:
     return _instances[home]
 
 
-def open_stores(settings: Settings, *, create: bool = True, lean: bool = False) -> bool:
-    """Bind the memory store and the delivery log. `create=False` (commands that only read): a store that does
-    not exist yet is an error naming it, never a new empty file (a mistyped --db-url must not make a store).
+def open_stores(settings: Settings, *, create: bool | None = None, lean: bool = False) -> bool:
+    """Bind the memory store and the delivery log. Which stores may be made when they do not exist: by default
+    (`create=None`) only the default ones under CAIRN_HOME, so that a store at a URL given by --db-url /
+    CAIRN_DB_URL must exist (a mistyped URL is an error naming it, never a new empty store: `cairn db init` makes
+    one); `create=True`: both (a command that makes its stores on purpose: `memory add`, `memory import`);
+    `create=False`: none, not even the default ones (commands that only read).
     `lean` (the daemon-down fallback of the hook's hot path): SQLite stores at the current schema are opened
     without peewee (db.open_lean; True returned), and only what ranking and logging a turn need may be used until
     db.close_lean(). Every row written from here on carries this instance's id (`instance_id`)."""
@@ -59,7 +62,14 @@ def open_stores(settings: Settings, *, create: bool = True, lean: bool = False) 
     ephemeral_url = config.ephemeral_db_url(settings.EPHEMERAL_DB_URL)
     opened_lean = lean and db.open_lean(memory_url, ephemeral_url)
     if not opened_lean:
-        db.open_db(memory_url, ephemeral_url, create=create)
+        db.open_memory_db(memory_url, create=may_create("memory", memory_url, create))
+        db.open_ephemeral_db(ephemeral_url, create=may_create("ephemeral", ephemeral_url, create))
     db.set_writing_instance(instance_id(settings))
     fulltext.sync_if_behind()  # memories a write did not index (the migration that made the index queues them all)
     return opened_lean
+
+
+def may_create(kind: str, url: str, create: bool | None) -> bool:
+    """Whether opening the `kind` store at `url` may make it (open_stores' `create`): by default only when `url` is
+    the default one under CAIRN_HOME."""
+    return create if create is not None else url == config.default_db_url(kind)

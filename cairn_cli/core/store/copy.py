@@ -128,7 +128,7 @@ def copy_store(
     if source_url == target_url:
         raise InvalidInput("--from and --to name the same database", "name another database with --to")
     report = CopyReport(store, db.safe_url(source_url), db.safe_url(target_url), dry_run, overwrite)
-    source = db.connect_store(store, source_url, create=False)
+    source = db.connect_store(store, source_url, create=False, flag="--from")
     target = None
     try:
         target = _open_target(store, target_url, dry_run=dry_run)
@@ -169,9 +169,9 @@ def _open_target(store: str, url: str, *, dry_run: bool):
     from cairn_cli.db.schema import MIGRATIONS
 
     if not dry_run:
-        return db.connect_store(store, url, create=True)
+        return db.connect_store(store, url, create=True, flag="--to")
     try:
-        target = db.connect_store(store, url, create=False, migrate=False)
+        target = db.connect_store(store, url, create=False, migrate=False, flag="--to")
     except NotFound:
         return None
     pending = db.pending_migrations(store, target)
