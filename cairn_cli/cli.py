@@ -67,6 +67,7 @@ def handle_errors(fn: Callable) -> Callable:
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
+            _check_text(kwargs)
             return fn(*args, **kwargs)
         except CairnError as exc:
             sys.stderr.write(f"error: {exc.one_line()}\n")
@@ -82,6 +83,29 @@ def handle_errors(fn: Callable) -> Callable:
             raise typer.Exit(unexpected(exc)) from None
 
     return wrapper
+
+
+def _check_text(params: dict) -> None:
+    """Refuse a text argument that is not UTF-8 (Python hands undecodable argv bytes over as lone surrogates, which
+    nothing can store or send): one line naming it, instead of an UnicodeEncodeError from deep inside. Paths are
+    exempt (a file name may be any bytes)."""
+    from cairn_cli.errors import InvalidInput
+
+    for name, value in params.items():
+        for text in value if isinstance(value, (list, tuple)) else [value]:
+            if not isinstance(text, str):
+                continue
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raw = text[exc.start : exc.end].encode(
+                    "utf-8", "surrogateescape" if text[exc.start] >= "\udc80" else "surrogatepass"
+                )
+                label = name.rstrip("_").replace("_", "-")
+                raise InvalidInput(
+                    f"{label} is not valid UTF-8 text (bytes {raw.hex(' ')} at character {exc.start})",
+                    "pass UTF-8 text: check the shell's locale, or the file it came from",
+                ) from None
 
 
 def _print_version(value: bool) -> None:

@@ -98,8 +98,10 @@ def fast_rank(argv: list[str]) -> int:
 
 
 def unexpected(exc: Exception) -> int:
-    """An exception cairn did not expect: one line and exit 1; the traceback only under CAIRN_DEBUG."""
+    """An exception cairn did not raise: one line and exit 1 (what it means when the environment caused it,
+    errors.explain); the traceback only under CAIRN_DEBUG."""
     from cairn_cli import config
+    from cairn_cli.errors import explain
 
     try:
         debug = bool(config.get("DEBUG"))
@@ -109,6 +111,10 @@ def unexpected(exc: Exception) -> int:
         import traceback
 
         traceback.print_exception(exc, file=sys.stderr)
+    known = explain(exc)
+    if known is not None:
+        sys.stderr.write(f"error: {known.one_line()}\n")
+        return known.exit_code
     sys.stderr.write(f"error: unexpected {type(exc).__name__}: {exc} (set CAIRN_DEBUG=1 for a traceback)\n")
     return 1
 

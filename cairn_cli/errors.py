@@ -45,3 +45,18 @@ class DeadlineExceeded(CairnError):
 
 class Conflict(CairnError):
     """The target already holds something else under the same key: exit 1, nothing written."""
+
+
+def explain(exc: BaseException) -> CairnError | None:
+    """What an exception cairn did not raise itself means, when the environment caused it: a store that may be read
+    but not written (a read-only CAIRN_HOME, another account's file), a file or folder this account may not touch.
+    None for anything else (a bug: the caller reports it as unexpected)."""
+    first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    if "readonly database" in first:  # SQLite's "attempt to write a readonly database"
+        return ConfigError(
+            f"the store is read-only here ({first}): this command writes to it",
+            "run it as the account that owns CAIRN_HOME / the store, or point CAIRN_HOME or --db-url at a writable one",
+        )
+    if isinstance(exc, PermissionError | IsADirectoryError | NotADirectoryError) and exc.filename:
+        return ConfigError(f"cannot use {exc.filename}: {exc.strerror}", "check its permissions, or CAIRN_HOME")
+    return None

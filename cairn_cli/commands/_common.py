@@ -50,12 +50,12 @@ def store(*, read_only: bool = False, create: bool = False, **overrides) -> Sett
 
 
 def read_response(response: str | None, file: Path | None) -> str:
-    """The agent's response: `--file PATH`, else the argument, else stdin (bytes that are not UTF-8 replaced)."""
-    from cairn_cli.errors import NotFound
-    from cairn_cli.hotpath import read_text_arg
+    """The agent's response: `--file PATH`, else the argument, else stdin (bytes that are not UTF-8 replaced; at most
+    CAIRN_MAX_INPUT_BYTES of either)."""
+    from cairn_cli.hotpath import read_file, read_text_arg
 
     if file is not None:
-        if not file.is_file():
-            raise NotFound(f"no such file: {file}", "pass the path of the response text")
-        return file.read_bytes().decode("utf-8", errors="replace")
+        return read_file(file, "pass the path of the response text, or pipe it on stdin").decode(
+            "utf-8", errors="replace"
+        )
     return read_text_arg(response, "response", "pass the response text, --file PATH, or pipe it on stdin")

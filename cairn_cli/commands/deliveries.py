@@ -12,6 +12,8 @@ from cairn_cli.hotpath import MAX_TURN, read_text_arg
 
 LOG_DELIVERY_HELP = """Record deliveries made by another ranker (JSON object on stdin or as the argument).
 
+Idempotent: a memory already logged for the same session, turn and context window is reported, not logged again.
+
 Shape: {"session_id": str, "turn": int, "context_window": str, "reranker_model": str,
 "memories": [{"id": int, "rank": int, "score": float, "score_components": {...}}],
 "layer": str?, "scope": str?, "ranker": str?, "context_key": str?}
@@ -50,8 +52,12 @@ def log_delivery(
             raise InvalidInput(
                 f"the delivery is not valid JSON ({exc.msg})", "see `cairn log-delivery --help`"
             ) from None
-    ids = deliveries.record(deliveries.parse_external(data), store())
-    output.json_out({"delivery_ids": ids}) if json else output.text_out(f"logged {len(ids)} deliveries")
+    logged = deliveries.log_external(deliveries.parse_external(data), store())
+    if json:
+        output.json_out({"delivery_ids": logged.ids, "already_logged": logged.already})
+    else:
+        again = f", {len(logged.already)} already logged (not logged again)" if logged.already else ""
+        output.text_out(f"logged {len(logged.ids)} deliveries{again}")
 
 
 log_delivery.__doc__ = LOG_DELIVERY_HELP

@@ -43,13 +43,17 @@ def engage(
     if file is not None and transcript is not None:
         raise InvalidInput("--file and --transcript both given", "pass one source of the response")
     if transcript is not None:
-        from cairn_cli.core.transcript import read_transcript
+        from cairn_cli.core.transcript import NotARegularFile, read_transcript
 
-        if not transcript.is_file():
-            raise NotFound(
-                f"no such transcript (or not a regular file): {transcript}", "pass the session's .jsonl path"
-            )
-        text = read_transcript(transcript, max_bytes=settings().TRANSCRIPT_MAX_BYTES).last_response() or ""
+        hint = "pass the session's .jsonl path"
+        try:
+            text = read_transcript(transcript, max_bytes=settings().TRANSCRIPT_MAX_BYTES).last_response() or ""
+        except FileNotFoundError:
+            raise NotFound(f"no such transcript: {transcript}", hint) from None
+        except (NotARegularFile, IsADirectoryError):
+            raise InvalidInput(f"the transcript {transcript} is not a regular file (never read)", hint) from None
+        except OSError as exc:
+            raise NotFound(f"cannot read the transcript {transcript}: {exc.strerror or exc}", hint) from None
     else:
         text = read_response(response, file)
     if not text.strip():

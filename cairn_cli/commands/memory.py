@@ -74,8 +74,11 @@ def import_(
     """
     from cairn_cli.core.store import memories
     from cairn_cli.daemon.dispatch import embed_daemon_first
+    from cairn_cli.hotpath import max_input_bytes
 
-    lines = sum(1 for line in file.open("rb") if line.strip()) if file.is_file() else None
+    # the bar's total: only for a regular file import_jsonl will read (a FIFO or an oversized file is refused there)
+    small = file.is_file() and file.stat().st_size <= max_input_bytes()
+    lines = sum(1 for line in file.open("rb") if line.strip()) if small else None
     with output.progress(lines, "importing") as tick:
         report = memories.import_jsonl(
             file,

@@ -12,6 +12,7 @@ import orjson
 
 from cairn_cli.daemon import client, lock
 from cairn_cli.daemon.dispatch import spawn
+from cairn_cli.errors import ConfigError
 
 
 @dataclass
@@ -84,7 +85,13 @@ def start(home: Path, wait_s: float) -> Status:
         return current  # never start a second daemon beside a live one; the operator stops it first
     if current.state == "stale":
         cleanup_stale(home)
-    proc = None if lock.claim_spawn(home) else spawn(home, "cairn daemon start")  # else one is on its way
+    try:
+        proc = None if lock.claim_spawn(home) else spawn(home, "cairn daemon start")  # else one is on its way
+    except OSError as exc:  # a read-only CAIRN_HOME: the daemon could not write its socket, lock or log either
+        raise ConfigError(
+            f"cannot start a daemon: {exc.filename or home}: {exc.strerror or exc}",
+            "the daemon needs a writable CAIRN_HOME; ranking works without one, in process",
+        ) from None
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:

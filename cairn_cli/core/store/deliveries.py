@@ -89,6 +89,44 @@ def record(rows: list[DeliveryInput], settings: Settings) -> list[int]:
     return out
 
 
+@dataclass
+class Logged:
+    """What `log_external` did: the rows it wrote, and those of the record that were logged before."""
+
+    ids: list[int]
+    already: list[int]  # the earlier rows' ids (same session, turn, memory and context window)
+
+
+def log_external(rows: list[DeliveryInput], settings: Settings) -> Logged:
+    """Record another ranker's deliveries (`cairn log-delivery`, one turn's, as parse_external makes them),
+    idempotently: a (session, turn, memory, context window) already in the log is not logged again, so a client
+    that resends a record after a timeout does not count its deliveries twice. On PostgreSQL two clients sending
+    the same turn at once are serialised (a transaction advisory lock on the turn); SQLite has one writer."""
+    from cairn_cli import db
+
+    if not rows:
+        return Logged([], [])
+    first = rows[0]
+    if any((r.session_id, r.turn, r.context_key) != (first.session_id, first.turn, first.context_key) for r in rows):
+        raise InvalidInput("a record holds one turn's deliveries", "send one record per session, turn and window")
+    with db.transaction("ephemeral"):
+        if db.is_postgres("ephemeral"):
+            db.execute(
+                "ephemeral", "SELECT pg_advisory_xact_lock(hashtext(?))", [f"log:{first.session_id}:{first.turn}"]
+            )
+        ids = [r.memory_id for r in rows]
+        logged = dict(
+            db.execute(
+                "ephemeral",
+                "SELECT memory_id, MIN(id) FROM memory_deliveries WHERE session_id = ? AND turn = ? AND context_key = ?"
+                f" AND memory_id IN ({db.marks(len(ids))}) GROUP BY memory_id",
+                [first.session_id, first.turn, first.context_key, *ids],
+            )
+        )
+        fresh = [r for r in rows if r.memory_id not in logged]
+        return Logged(record(fresh, settings) if fresh else [], [logged[i] for i in ids if i in logged])
+
+
 def _view(row) -> DeliveryView:
     return DeliveryView(
         id=row.id,

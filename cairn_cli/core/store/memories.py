@@ -111,6 +111,10 @@ def validate_entry(raw: object, *, default_source_ref: str | None = None) -> Mem
     for name, value in (("source_ref", source_ref), ("session_id", raw.get("session_id"))):
         if value is not None and not isinstance(value, str):
             raise InvalidInput(f"{name} must be a string", f"quote the {name}")
+    texts = [("content", content), ("scope", scope), ("source_ref", source_ref), ("session_id", raw.get("session_id"))]
+    for name, value in [*texts, *(("keywords", k) for k in ([keywords] if isinstance(keywords, str) else keywords))]:
+        if value is not None and not _is_utf8(value):  # a lone surrogate ("\ud800" in JSON) cannot be stored
+            raise InvalidInput(f"{name} is not valid UTF-8 text (a lone surrogate)", "write the text as UTF-8")
     return MemoryInput(
         content=content.strip(),
         keywords=clean_keywords(keywords),
@@ -119,6 +123,14 @@ def validate_entry(raw: object, *, default_source_ref: str | None = None) -> Mem
         source_ref=source_ref,
         session_id=raw.get("session_id"),
     )
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def embedding_text(content: str, keywords: list[str]) -> str:
@@ -407,10 +419,9 @@ def parse_jsonl(
     path: Path, *, default_source_ref: str | None = None
 ) -> tuple[list[tuple[int, MemoryInput]], list[tuple[int, str]]]:
     """Valid entries and rejected lines (1-based line numbers with the reason). Blank lines are skipped."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise NotFound(f"cannot read {path}: {exc.strerror}", "check the path") from None
+    from cairn_cli.hotpath import read_file
+
+    data = read_file(path, "pass the path of a JSONL file")  # within CAIRN_MAX_INPUT_BYTES, never a FIFO's endless wait
     if data.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte order mark (Windows editors write one): not content
         data = data[3:]
     valid, rejected = [], []
