@@ -61,7 +61,8 @@ def _too_large(what: str, cap: int) -> InvalidInput:
 def read_bounded(read, what: str, cap: int) -> bytes:
     """What `read(n)` gives until its end, in chunks, at most `cap` bytes: past it InvalidInput, and nothing more is
     read (a stream that never ends, /dev/zero, costs the cap, not all the memory there is)."""
-    chunks, total = [], 0
+    chunks: list[bytes] = []
+    total = 0
     while True:
         chunk = read(min(_CHUNK, cap + 1 - total))
         if not chunk:
