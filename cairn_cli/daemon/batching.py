@@ -1,0 +1,224 @@
+"""The daemon's model queues: the requests it serves at once share one embedder and one cross-encoder.
+
+A model is called by one thread at a time (torch already spreads one call over the cores it is given, and a fast
+tokenizer must not be entered by two threads at once), so each model has a queue and a worker thread: callers wait
+in the queue, first come first served, and the worker runs the calls waiting at the same time as one call (one
+forward pass for all their texts or pairs, up to a cap), then hands each caller its share.
+
+- `ModelQueue.submit(payload, start_by=)`: the caller's result; a caller whose turn has not come by `start_by`
+  leaves the queue (`Missed`) and its request goes on without it;
+- `QueuedEncoder`: an encoder's face over the embedding queue; a long list goes in slices, so that a prompt's
+  embedding waits behind one slice of a bulk embedding, not all of it; no turn before the client's deadline:
+  DeadlineExceeded;
+- `QueuedReranker`: a reranker's face for one request: its turn must come within the rerank budget (and early
+  enough for the answer to meet the client's deadline), else the stage is skipped (RerankSkipped) and the
+  ranking's notes and provenance say so.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from cairn_cli.core.ranking.engine import RerankSkipped
+from cairn_cli.errors import DeadlineExceeded
+
+EMBED_SLICE = 16  # texts of a bulk embedding in one turn of the queue
+EMBED_CAP = 64  # texts in one encoder call
+RERANK_CAP = 64  # pairs in one cross-encoder call (a request's own are never split)
+RERANK_WAIT_BUDGETS = 1.0  # a request waits for its cross-encoder turn at most this many rerank budgets
+ANSWER_RESERVE_S = 0.1  # after the stage: blending, the block, logging the turn, the answer
+
+
+class Missed(Exception):
+    """The caller's turn did not come in time; it left the queue."""
+
+    def __init__(self, waited_s: float, ahead: int):
+        super().__init__(f"waited {waited_s * 1000:.0f} ms behind {ahead} call(s)")
+        self.waited_s, self.ahead = waited_s, ahead
+
+
+class _Job:
+    __slots__ = ("done", "error", "payload", "result", "running")
+
+    def __init__(self, payload: Any):
+        self.payload = payload
+        self.running = False
+        self.done = threading.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+class ModelQueue:
+    """One model's callers, first come first served; the worker runs all those waiting (up to `cap` units, at
+    least one caller) as one call of `run`, which returns one result (or exception) per payload."""
+
+    def __init__(self, name: str, run: Callable[[list], list], *, size: Callable[[Any], int] = len, cap: int = 64):
+        self.name = name
+        self._run, self._size, self._cap = run, size, cap
+        self._cond = threading.Condition(threading.Lock())
+        self._waiting: deque[_Job] = deque()
+        self._running = 0
+        self._worker: threading.Thread | None = None
+        self.calls = 0  # model calls made
+        self.served = 0  # callers served
+        self.missed = 0  # callers whose turn did not come in time
+        self.widest = 0  # most callers in one call
+
+    def submit(self, payload: Any, *, start_by: float | None = None) -> Any:
+        """run(...)'s result for `payload`, waiting for the turn until `start_by` (epoch seconds) at most."""
+        job = _Job(payload)
+        t0 = time.time()
+        with self._cond:
+            if self._worker is None:
+                self._worker = threading.Thread(target=self._work, name=f"cairn-{self.name}", daemon=True)
+                self._worker.start()
+            ahead = len(self._waiting) + self._running
+            self._waiting.append(job)
+            self._cond.notify_all()
+            while not job.running:
+                left = None if start_by is None else start_by - time.time()
+                if left is not None and left <= 0:
+                    self._waiting.remove(job)
+                    self.missed += 1
+                    raise Missed(time.time() - t0, ahead)
+                self._cond.wait(left)
+        job.done.wait()
+        if job.error is not None:
+            raise job.error
+        return job.result
+
+    def stats(self) -> dict:
+        with self._cond:
+            return {
+                "waiting": len(self._waiting),
+                "calls": self.calls,
+                "served": self.served,
+                "missed": self.missed,
+                "widest": self.widest,
+            }
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                while not self._waiting:
+                    self._cond.wait()
+                batch = [self._waiting.popleft()]
+                units = self._size(batch[0].payload)
+                while self._waiting and units + self._size(self._waiting[0].payload) <= self._cap:
+                    units += self._size(self._waiting[0].payload)
+                    batch.append(self._waiting.popleft())
+                for job in batch:
+                    job.running = True
+                self._running = len(batch)
+                self._cond.notify_all()  # those started stop watching their start_by
+            try:
+                results = self._run([job.payload for job in batch])
+            except BaseException as exc:  # the call as a whole failed: each of its callers hears why
+                results = [exc] * len(batch)
+            with self._cond:
+                self._running = 0
+                self.calls += 1
+                self.served += len(batch)
+                self.widest = max(self.widest, len(batch))
+            for job, result in zip(batch, results):
+                if isinstance(result, BaseException):
+                    job.error = result
+                else:
+                    job.result = result
+                job.done.set()
+
+
+def encoder_queue(encoder) -> ModelQueue:
+    """The embedding queue of `encoder`: the texts of the callers waiting together encoded in one call."""
+    import numpy as np
+
+    def run(payloads: list[list[str]]) -> list:
+        vecs = encoder.encode([t for texts in payloads for t in texts])
+        out, start = [], 0
+        for texts in payloads:
+            out.append(np.asarray(vecs[start : start + len(texts)]))
+            start += len(texts)
+        return out
+
+    return ModelQueue("embed", run, size=len, cap=EMBED_CAP)
+
+
+class QueuedEncoder:
+    """`encoder` as one request sees it: its calls go through `queue`, and wait for their turn until `start_by`."""
+
+    def __init__(self, encoder, queue: ModelQueue, *, start_by: float | None = None):
+        self.encoder, self.queue, self.start_by = encoder, queue, start_by
+        self.name, self.dim = encoder.name, encoder.dim
+
+    def encode(self, texts: list[str], *, progress: bool = False):
+        import numpy as np
+
+        parts = []
+        for start in range(0, len(texts), EMBED_SLICE):
+            try:
+                parts.append(self.queue.submit(list(texts[start : start + EMBED_SLICE]), start_by=self.start_by))
+            except Missed as exc:
+                raise DeadlineExceeded(f"no turn at the embedder before the client's deadline ({exc})") from None
+        return np.concatenate(parts) if parts else np.zeros((0, self.dim), dtype=np.float32)
+
+
+def reranker_queue() -> ModelQueue:
+    """The cross-encoder queue: the pairs of the requests waiting together scored in one forward pass per
+    (reranker, precision, max length) among them (a swap may leave two rerankers in the queue for a moment)."""
+
+    def run(payloads: list[tuple]) -> list:
+        groups: dict[tuple, list[int]] = {}
+        for i, (reranker, precision, max_length, *_) in enumerate(payloads):
+            groups.setdefault((id(reranker), precision, max_length), []).append(i)
+        out: list = [None] * len(payloads)
+        for members in groups.values():
+            reranker, precision, max_length = payloads[members[0]][:3]
+            asks = [payloads[i][3:] for i in members]
+            try:
+                if hasattr(reranker, "logits_many"):
+                    got = reranker.logits_many(asks, precision=precision, max_length=max_length)
+                else:
+                    got = [reranker.logits(query, texts, prompt=prompt) for query, texts, prompt in asks]
+            except Exception as exc:
+                got = [exc] * len(members)
+            for i, value in zip(members, got):
+                out[i] = value
+        return out
+
+    return ModelQueue("rerank", run, size=lambda payload: len(payload[4]), cap=RERANK_CAP)
+
+
+class QueuedReranker:
+    """`reranker` as one request sees it: the plan in force when the request started (what its deliveries record),
+    and a turn at the cross-encoder that must come within RERANK_WAIT_BUDGETS of the budget and early enough to
+    answer by `deadline` (epoch seconds; None: no client waiting), else RerankSkipped."""
+
+    def __init__(self, reranker, queue: ModelQueue, *, budget_ms: float, deadline: float | None = None):
+        self.inner, self.queue, self.deadline = reranker, queue, deadline
+        self.name, self.floor = reranker.name, reranker.floor
+        self.plan = getattr(reranker, "plan", None)
+        self.budget_ms = float((self.plan or {}).get("budget_ms") or budget_ms)
+
+    def start_by(self, now: float) -> float | None:
+        """The latest start of this request's stage: within the budget, and early enough to answer in time."""
+        latest = now + RERANK_WAIT_BUDGETS * self.budget_ms / 1000.0 if self.budget_ms > 0 else None
+        if self.deadline is not None:
+            expected = float((self.plan or {}).get("expected_ms") or self.budget_ms or 0.0) / 1000.0
+            by_deadline = self.deadline - expected - ANSWER_RESERVE_S
+            latest = by_deadline if latest is None else min(latest, by_deadline)
+        return latest
+
+    def logits(self, query: str, texts: list[str], *, prompt: str | None = None) -> list[float]:
+        plan = self.plan or {}
+        payload = (self.inner, plan.get("precision"), plan.get("max_length"), query, list(texts), prompt)
+        try:
+            return self.queue.submit(payload, start_by=self.start_by(time.time()))
+        except Missed as exc:
+            raise RerankSkipped(f"rerank skipped under load: no turn at the cross-encoder in time ({exc})") from None
+
+    def score_from_logits(self, raw: list[float]) -> list[float]:
+        return self.inner.score_from_logits(raw)
