@@ -161,7 +161,10 @@ class Daemon:
         from cairn_cli.core.ranking.engine import RankEngine
         from cairn_cli.core.store import open_stores
         from cairn_cli.daemon.batching import encoder_queue, reranker_queue
-        from cairn_cli.ml.device import apply_torch_threads, set_torch_threads
+        from cairn_cli.ml.device import apply_torch_threads, idle_threads_sleep, set_torch_threads
+
+        if not idle_threads_sleep():  # before torch loads: the hooks' processes need the cores between model calls
+            self.log("warning: torch was loaded before the daemon could make OpenMP's idle threads sleep")
         from cairn_cli.ml.models import get_encoder
 
         open_stores(self.settings)
