@@ -7,8 +7,8 @@ refused, never trusted.
 
 Why the daemon did not answer decides what the caller may do next (dispatch.py):
 - NotRunning: no daemon listens (no socket, a stale one, one that is not ours): one may be started;
-- Loading, Busy: a daemon is alive and said so (models loading; its queue full or another request held it for
-  our whole deadline): never a reason to start another;
+- Loading, Busy: a daemon is alive and said so (models loading; its listen queue full, or other databases than
+  ours in use for our whole deadline): never a reason to start another;
 - Slow: connected, no answer within the deadline, but the daemon's heartbeat is live (daemon.json's mtime, touched
   every HEARTBEAT_S while it makes progress): slow under load; fall back for this prompt only;
 - NoAnswer: connected, no answer within the deadline and no heartbeat (hung, stopped): never start another, and
@@ -44,7 +44,7 @@ class Loading(Unavailable):
 
 
 class Busy(Unavailable):
-    """A daemon is alive but could not take our request in time (listen queue full, or another request held it)."""
+    """A daemon is alive but could not take our request in time (listen queue full, or other databases in use)."""
 
 
 class Slow(Unavailable):

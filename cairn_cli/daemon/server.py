@@ -13,7 +13,9 @@
   cross-encoder turn does not come within the rerank budget skips the stage and says so; the databases are bound
   per request and shared by the requests that name the same ones (one that names others waits until they are
   done: "busy" if that is past its client's deadline); one that arrives while the models load is answered
-  "loading"; health answers at once, whatever is running;
+  "loading"; health answers at once, whatever is running; a reranker swapped in serves the requests that start
+  after it (each keeps the one it started with); OpenMP's idle threads sleep instead of spinning on the cores the
+  hooks' processes need (ml/device.py idle_threads_sleep);
 - it exits by itself when it is an orphan (its CAIRN_HOME, socket or lock file deleted or replaced: checked on
   every request and every CAIRN_DAEMON_WATCH_S) and, when CAIRN_DAEMON_IDLE_EXIT_S is set, when idle that long.
 """
