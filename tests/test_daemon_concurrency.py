@@ -215,6 +215,9 @@ def test_a_refresh_waits_for_the_readers_of_a_table_and_holds_back_new_ones(cli)
         refresh, _ = _in_thread(engine.table, s)
         wait_until(lambda: entry.lock._writers_waiting == 1, "the refresh waiting for the reader")
         assert len(entry.table) == before, "nothing is applied under a reader"
+        meanwhile, got = _in_thread(engine.table, s)  # another prompt does not wait for the refresh...
+        meanwhile.join(60)
+        assert got["value"] is entry, "...it ranks with the table as it is"
         late, _ = _in_thread(late_reader)  # arrives while the refresh waits: held back until it is done
     refresh.join(60)
     late.join(60)
@@ -315,6 +318,28 @@ def test_the_daemon_ranks_a_prompt_while_another_is_held_inside(cli, cairn_home,
     held.join(60)
     assert got_held["value"]["ok"] and got_held["value"]["result"]["ranker"] == "cairn"
     assert daemon.health()["in_flight"] == 0
+
+
+def test_memories_a_refresh_embeds_are_the_stores_work_not_bound_by_the_prompts_deadline(cli, cairn_home, monkeypatch):
+    """A prompt past its deadline is abandoned, but the memories its refresh embedded (written while no embedder
+    answered) are embedded and stored all the same: the next prompt does not start that work over."""
+    from cairn_cli.core.store import memories
+    from cairn_cli.daemon import client
+    from cairn_cli.daemon.server import Daemon
+    from cairn_cli.db.tables import Memory
+
+    assert cli("memory", "import", EXAMPLES).exit_code == 0
+    monkeypatch.setattr(gc, "freeze", lambda: None)
+    daemon = Daemon(cairn_home, Settings(), lambda msg: None)
+    daemon.load()
+    entry = memories.validate_entry({"content": "Gift cards are redeemed with shop giftcard redeem CODE"})
+    added = memories.add_memories([entry], Settings(), embed=lambda texts: None)  # a Stop hook, no daemon answering
+    assert Memory.get_by_id(added[0].id).embedding is None
+    fields = {"prompt": "how do I redeem a gift card?", "session_id": "late"}
+    with pytest.raises(DeadlineExceeded, match="no turn at the embedder"):
+        daemon.handle({"op": "rank", "request": fields, "env": client.client_environ(), "deadline": time.time() - 1})
+    stored = Memory.get_by_id(added[0].id)
+    assert stored.embedding is not None and stored.embedding_model == "hashing"
 
 
 def test_no_heartbeat_while_requests_are_stuck():

@@ -335,7 +335,9 @@ class Daemon:
             else None
         )
         return self.engine.view(
-            encoder=QueuedEncoder(self.engine.encoder, self.embed_queue, start_by=deadline), reranker=queued
+            encoder=QueuedEncoder(self.engine.encoder, self.embed_queue, start_by=deadline),
+            reranker=queued,
+            store_encoder=QueuedEncoder(self.engine.encoder, self.embed_queue),  # the store's work: no deadline
         )
 
     def adapt(self, engine, settings: Settings) -> None:

@@ -8,13 +8,14 @@ itself. Memories that arrived without a usable embedding are embedded here and t
 fallback loads no table: it reads the store's full-text index (core/ranking/fallback.py).
 
 Threads: a table is read by any number of rankings at once (`reading`: a shared hold for the composite's few
-milliseconds) and refreshed by one thread at a time, exclusively (the refresh waits for the readers in its way,
-and new readers wait for it: it applies a few rows).
+milliseconds) and refreshed by one thread at a time; the others meanwhile rank with the table as it is. The rows
+are read and new memories embedded first; only applying them holds the table alone (the refresh waits for the
+readers in its way, and new readers wait for it: it applies a few rows).
 """
 
 from __future__ import annotations
 
-import threading
+import _thread  # threading's lock without threading's import (the fallback's hot path ranks through this module)
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -47,6 +48,8 @@ class SharedLock:
     of prompts, and it only waits for the few milliseconds of the readers already in)."""
 
     def __init__(self) -> None:
+        import threading
+
         self._cond = threading.Condition(threading.Lock())
         self._readers = 0
         self._writer = False
@@ -150,15 +153,18 @@ class RankEngine:
         self.notes = list(notes or [])  # about how every ranking of this engine is made (the fallback's reason)
         self.warnings = list(warnings or [])  # about the models (one missing, one that failed to load)
         self._tables: dict[tuple, _Table] = {}
-        self._refreshing = threading.Lock()  # one thread builds or refreshes a table at a time
+        self._refreshing = _thread.allocate_lock()  # one thread builds or refreshes a table at a time
+        self.store_encoder = None  # what a refresh embeds the store's new memories with (None: `encoder`)
 
-    def view(self, *, encoder, reranker: Reranker | None) -> RankEngine:
+    def view(self, *, encoder, reranker: Reranker | None, store_encoder=None) -> RankEngine:
         """This engine's warm tables with other models: the daemon's per-request engine (its queued encoder, the
-        reranker the request started with). `encoder` must be the same model (the tables are keyed by its name)."""
+        reranker the request started with, and `store_encoder`, which embeds memories for the table without the
+        request's deadline: that work is the store's, not the prompt's). The encoders must be the same model (the
+        tables are keyed by its name)."""
         other = RankEngine(
             encoder, reranker, ranker=self.ranker, notes=self.notes, warnings=self.warnings, indexed=self.indexed
         )
-        other._tables, other._refreshing = self._tables, self._refreshing
+        other._tables, other._refreshing, other.store_encoder = self._tables, self._refreshing, store_encoder
         return other
 
     @classmethod
@@ -211,7 +217,11 @@ class RankEngine:
         entry = self._tables.get(key)
         if entry is not None and entry.version == version:
             return entry
-        with self._refreshing:
+        if entry is None:
+            self._refreshing.acquire()  # the first of this store: every ranking needs it, all wait for it
+        elif not self._refreshing.acquire(blocking=False):
+            return entry  # another thread is refreshing it: rank with the table as it is, a few rows behind
+        try:
             entry = self._tables.get(key)  # another thread may have brought it up to date meanwhile
             if entry is not None and entry.version == version:
                 return entry
@@ -228,6 +238,8 @@ class RankEngine:
                 entry.version = version
                 entry.scopes = _scopes(entry)
             return entry
+        finally:
+            self._refreshing.release()
 
     def _build(self, settings: Settings, version: tuple) -> _Table:
         from cairn_cli.core.ranking.scoring import ScoringTable
@@ -289,8 +301,9 @@ class RankEngine:
 
         if not cands:
             return []
-        vecs = self.encoder.encode([embedding_text(c.content, c.keywords) for c in cands])
-        store_embeddings([c.id for c in cands], vecs, self.encoder.name)
+        encoder = self.store_encoder or self.encoder
+        vecs = encoder.encode([embedding_text(c.content, c.keywords) for c in cands])
+        store_embeddings([c.id for c in cands], vecs, encoder.name)
         return vecs
 
     def embed(self, texts: list[str]):

@@ -7,7 +7,7 @@ provenance and the turn's hook_state, in one transaction.
 
 from __future__ import annotations
 
-import threading
+import _thread  # threading's lock without threading's import (the fallback's hot path logs through here)
 import time
 from dataclasses import dataclass, field
 
@@ -287,7 +287,7 @@ def _compose(
     )
 
 
-_LOGGING = threading.Lock()  # one turn logged at a time in a process (the daemon ranks many at once)
+_LOGGING = _thread.allocate_lock()  # one turn logged at a time in a process (the daemon ranks many at once)
 
 
 def log_turn(request: RankRequest, result: RankResult, scope: str, settings: Settings) -> None:
