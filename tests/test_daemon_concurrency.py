@@ -14,7 +14,7 @@ import pytest
 from cairn_cli.config import Settings
 from cairn_cli.core.ranking.engine import RankEngine, SharedLock
 from cairn_cli.core.ranking.rank import RankRequest, rank
-from cairn_cli.daemon.batching import Missed, ModelQueue, QueuedEncoder, QueuedReranker, reranker_queue
+from cairn_cli.daemon.batching import Missed, ModelQueue, QueuedEncoder, QueuedReranker, model_queue
 from cairn_cli.errors import DeadlineExceeded
 from cairn_cli.ml.models import get_encoder
 from tests.conftest import EXAMPLES
@@ -146,7 +146,7 @@ def test_a_prompt_whose_cross_encoder_turn_does_not_come_in_time_skips_the_stage
 
     assert cli("memory", "import", EXAMPLES).exit_code == 0
     ce = PlannedReranker()
-    queue = reranker_queue()
+    queue = model_queue(None)
     engine = _engine_with(ce, queue, deadline=time.time() - 1)  # no time left for the stage
     result = rank(RankRequest(prompt="how do we release to production?", session_id="late", k=3), Settings(), engine)
     assert result.ranker == "cairn" and result.reranker_model == "none" and result.items
@@ -180,7 +180,7 @@ def test_concurrent_prompts_share_one_cross_encoder_pass(cli):
         return real(requests, **kw)
 
     ce.logits_many = first_call_held
-    queue = reranker_queue()
+    queue = model_queue(None)
     s = Settings()
     prompts = ["how do we release?", "how are prices stored?", "the tests fail, what now?"]
 
@@ -196,6 +196,49 @@ def test_concurrent_prompts_share_one_cross_encoder_pass(cli):
         t.join(60)
     assert all(out["value"].reranker_model == "fake-ce" for _, out in runs), [out.get("error") for _, out in runs]
     assert ce.batches == [1, 2]
+
+
+def test_the_embedder_and_the_cross_encoder_take_turns_on_one_worker():
+    """Never both at once (each spreads its call over torch's threads); those waiting together go in one turn."""
+    encoder = get_encoder("hashing")
+    ce = PlannedReranker()
+    running: list[str] = []
+    overlaps: list[list[str]] = []
+    inside, release = threading.Event(), threading.Event()
+
+    class Encoder:
+        name, dim = encoder.name, encoder.dim
+
+        def encode(self, texts):
+            running.append("embed")
+            overlaps.append(list(running))
+            if not inside.is_set():
+                inside.set()
+                assert release.wait(60)
+            running.remove("embed")
+            return encoder.encode(texts)
+
+    real = ce.logits_many
+
+    def logits_many(requests, **kw):
+        running.append("rerank")
+        overlaps.append(list(running))
+        running.remove("rerank")
+        return real(requests, **kw)
+
+    ce.logits_many = logits_many
+    queue = model_queue(Encoder())
+    first, _ = _in_thread(QueuedEncoder(Encoder(), queue).encode, ["the tests fail"])
+    assert inside.wait(60)
+    embed, got_embed = _in_thread(QueuedEncoder(Encoder(), queue).encode, ["prices are in cents", "deploy"])
+    rerank, got_rerank = _in_thread(QueuedReranker(ce, queue, budget_ms=0.0).logits, "q", ["a", "bb"])
+    wait_until(lambda: queue.stats()["waiting"] == 2, "an embedding and a rerank waiting")
+    release.set()
+    for t in (first, embed, rerank):
+        t.join(60)
+    assert got_embed["value"].shape == (2, encoder.dim) and got_rerank["value"] == [1.0, 2.0]
+    assert all(len(now) == 1 for now in overlaps), overlaps
+    assert queue.stats()["calls"] == 2, "the two waiting together were served in one turn"
 
 
 def test_a_refresh_waits_for_the_readers_of_a_table_and_holds_back_new_ones(cli):

@@ -1,12 +1,13 @@
-"""The daemon's model queues: the requests it serves at once share one embedder and one cross-encoder.
+"""The daemon's model queue: the requests it serves at once share one embedder and one cross-encoder.
 
-A model is called by one thread at a time (torch already spreads one call over the cores it is given, and a fast
-tokenizer must not be entered by two threads at once), so each model has a queue and a worker thread: callers wait
-in the queue, first come first served, and the worker runs the calls waiting at the same time as one call (one
-forward pass for all their texts or pairs, up to a cap), then hands each caller its share.
+The models are called by one thread (torch already spreads one call over the cores it is given, two calls at once
+would take each other's cores, and a fast tokenizer must not be entered by two threads at once), so they have a
+queue and a worker thread: callers wait in the queue, first come first served, and the worker runs the calls
+waiting at the same time as one call of each model (one forward pass for all their texts or pairs, up to a cap),
+then hands each caller its share.
 
 - `ModelQueue.submit(payload, start_by=)`: the caller's result; a caller whose turn has not come by `start_by`
-  leaves the queue (`Missed`) and its request goes on without it;
+  leaves the queue (`Missed`) and its request goes on without it; `model_queue(encoder)`: the daemon's;
 - `QueuedEncoder`: an encoder's face over the embedding queue; a long list goes in slices, so that a prompt's
   embedding waits behind one slice of a bulk embedding, not all of it; no turn before the client's deadline:
   DeadlineExceeded;
@@ -27,8 +28,7 @@ from cairn_cli.core.ranking.engine import RerankSkipped
 from cairn_cli.errors import DeadlineExceeded
 
 EMBED_SLICE = 16  # texts of a bulk embedding in one turn of the queue
-EMBED_CAP = 64  # texts in one encoder call
-RERANK_CAP = 64  # pairs in one cross-encoder call (a request's own are never split)
+MODEL_CAP = 64  # texts and pairs in one turn of the worker (a caller's own are never split)
 RERANK_WAIT_BUDGETS = 1.0  # a request waits for its cross-encoder turn at most this many rerank budgets
 ANSWER_RESERVE_S = 0.1  # after the stage: blending, the block, logging the turn, the answer
 
@@ -132,19 +132,54 @@ class ModelQueue:
                 job.done.set()
 
 
-def encoder_queue(encoder) -> ModelQueue:
-    """The embedding queue of `encoder`: the texts of the callers waiting together encoded in one call."""
+EMBED, RERANK = "embed", "rerank"
+
+
+def _units(payload: tuple) -> int:
+    return len(payload[1]) if payload[0] == EMBED else len(payload[5])
+
+
+def model_queue(encoder) -> ModelQueue:
+    """The daemon's one queue for its models: the embedder's and the cross-encoder's calls share one worker, so
+    they never run at once (each spreads a call over torch's threads: two at once took each other's cores on two,
+    and the rerank plan's margin, learnt from the stage's forward passes, learnt the embedder's time instead). The
+    callers waiting together make one call of each model: their texts encoded together, and the pairs of their
+    rankings scored in one forward pass per (reranker, precision, max length) among them (a swap may leave two
+    rerankers in the queue for a moment)."""
     import numpy as np
 
-    def run(payloads: list[list[str]]) -> list:
-        vecs = encoder.encode([t for texts in payloads for t in texts])
-        out, start = [], 0
-        for texts in payloads:
-            out.append(np.asarray(vecs[start : start + len(texts)]))
-            start += len(texts)
+    def run(payloads: list[tuple]) -> list:
+        out: list = [None] * len(payloads)
+        embeds = [i for i, p in enumerate(payloads) if p[0] == EMBED]
+        if embeds:
+            try:
+                vecs = encoder.encode([t for i in embeds for t in payloads[i][1]])
+            except Exception as exc:
+                vecs = exc
+            start = 0
+            for i in embeds:
+                n = len(payloads[i][1])
+                out[i] = vecs if isinstance(vecs, Exception) else np.asarray(vecs[start : start + n])
+                start += n
+        groups: dict[tuple, list[int]] = {}
+        for i, p in enumerate(payloads):
+            if p[0] == RERANK:
+                groups.setdefault((id(p[1]), p[2], p[3]), []).append(i)
+        for members in groups.values():
+            reranker, precision, max_length = payloads[members[0]][1:4]
+            asks = [payloads[i][4:] for i in members]
+            try:
+                if hasattr(reranker, "logits_many"):
+                    got = reranker.logits_many(asks, precision=precision, max_length=max_length)
+                else:
+                    got = [reranker.logits(query, texts, prompt=prompt) for query, texts, prompt in asks]
+            except Exception as exc:
+                got = [exc] * len(members)
+            for i, value in zip(members, got):
+                out[i] = value
         return out
 
-    return ModelQueue("embed", run, size=len, cap=EMBED_CAP)
+    return ModelQueue("models", run, size=_units, cap=MODEL_CAP)
 
 
 class QueuedEncoder:
@@ -160,36 +195,12 @@ class QueuedEncoder:
         parts = []
         for start in range(0, len(texts), EMBED_SLICE):
             try:
-                parts.append(self.queue.submit(list(texts[start : start + EMBED_SLICE]), start_by=self.start_by))
+                parts.append(
+                    self.queue.submit((EMBED, list(texts[start : start + EMBED_SLICE])), start_by=self.start_by)
+                )
             except Missed as exc:
                 raise DeadlineExceeded(f"no turn at the embedder before the client's deadline ({exc})") from None
         return np.concatenate(parts) if parts else np.zeros((0, self.dim), dtype=np.float32)
-
-
-def reranker_queue() -> ModelQueue:
-    """The cross-encoder queue: the pairs of the requests waiting together scored in one forward pass per
-    (reranker, precision, max length) among them (a swap may leave two rerankers in the queue for a moment)."""
-
-    def run(payloads: list[tuple]) -> list:
-        groups: dict[tuple, list[int]] = {}
-        for i, (reranker, precision, max_length, *_) in enumerate(payloads):
-            groups.setdefault((id(reranker), precision, max_length), []).append(i)
-        out: list = [None] * len(payloads)
-        for members in groups.values():
-            reranker, precision, max_length = payloads[members[0]][:3]
-            asks = [payloads[i][3:] for i in members]
-            try:
-                if hasattr(reranker, "logits_many"):
-                    got = reranker.logits_many(asks, precision=precision, max_length=max_length)
-                else:
-                    got = [reranker.logits(query, texts, prompt=prompt) for query, texts, prompt in asks]
-            except Exception as exc:
-                got = [exc] * len(members)
-            for i, value in zip(members, got):
-                out[i] = value
-        return out
-
-    return ModelQueue("rerank", run, size=lambda payload: len(payload[4]), cap=RERANK_CAP)
 
 
 class QueuedReranker:
@@ -214,7 +225,7 @@ class QueuedReranker:
 
     def logits(self, query: str, texts: list[str], *, prompt: str | None = None) -> list[float]:
         plan = self.plan or {}
-        payload = (self.inner, plan.get("precision"), plan.get("max_length"), query, list(texts), prompt)
+        payload = (RERANK, self.inner, plan.get("precision"), plan.get("max_length"), query, list(texts), prompt)
         try:
             return self.queue.submit(payload, start_by=self.start_by(time.time()))
         except Missed as exc:

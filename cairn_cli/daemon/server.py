@@ -9,7 +9,7 @@
   a daemon slow under load (fall back for this prompt) from a hung one (back off);
 - SIGTERM / SIGINT shut it down cleanly; requests run concurrently, a thread each: the composite of many prompts at
   once (the warm tables are shared, refreshed under their own lock: engine.py), the embedder and the cross-encoder
-  each behind a queue that runs the calls waiting together as one forward pass (batching.py): a prompt whose
+  behind one queue whose worker runs the calls waiting together as one forward pass (batching.py): a prompt whose
   cross-encoder turn does not come within the rerank budget skips the stage and says so; the databases are bound
   per request and shared by the requests that name the same ones (one that names others waits until they are
   done: "busy" if that is past its client's deadline); one that arrives while the models load is answered
@@ -147,8 +147,7 @@ class Daemon:
         self._reranker_lock = threading.RLock()  # one request checks the reranker's resolution at a time
         self._adapting = threading.Lock()
         self.engine = None
-        self.embed_queue = None
-        self.rerank_queue = None
+        self.models = None  # the queue of the embedder's and the cross-encoder's calls (batching.py)
         self.reranker_sig = None
         self.loading_sig = None
         self.refused_students: set[str] = set()  # the team's student versions that could not be installed here
@@ -162,7 +161,7 @@ class Daemon:
     def load(self) -> None:
         from cairn_cli.core.ranking.engine import RankEngine
         from cairn_cli.core.store import open_stores
-        from cairn_cli.daemon.batching import encoder_queue, reranker_queue
+        from cairn_cli.daemon.batching import model_queue
         from cairn_cli.ml.device import apply_torch_threads, idle_threads_sleep, set_torch_threads
 
         if not idle_threads_sleep():  # before torch loads: the hooks' processes need the cores between model calls
@@ -173,7 +172,7 @@ class Daemon:
         self.stores.key = _stores_key(self.settings)
         set_torch_threads(self.settings.TORCH_THREADS)  # kept through every model load (ml/device.py)
         self.engine = RankEngine(get_encoder(self.settings.EMBED_MODEL, self.settings.EMBED_DTYPE))
-        self.embed_queue, self.rerank_queue = encoder_queue(self.engine.encoder), reranker_queue()
+        self.models = model_queue(self.engine.encoder)
         self.refresh_reranker(self.settings, wait=True)
         t0 = time.time()
         self.engine.table(self.settings)  # prewarm: index the default store before the first prompt
@@ -319,7 +318,7 @@ class Daemon:
             texts = req.get("texts")
             if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
                 raise InvalidInput("embed needs a list of texts", 'send {"texts": [...]}')
-            vecs = QueuedEncoder(self.engine.encoder, self.embed_queue, start_by=deadline).encode(texts)
+            vecs = QueuedEncoder(self.engine.encoder, self.models, start_by=deadline).encode(texts)
             return {"ok": True, "model": self.engine.encoder.name, "vectors": vecs.tolist()}
         raise InvalidInput(f"unknown op {op!r}", "use rank, embed, health or shutdown")
 
@@ -330,14 +329,14 @@ class Daemon:
 
         reranker = self.engine.reranker
         queued = (
-            QueuedReranker(reranker, self.rerank_queue, budget_ms=settings.RERANK_BUDGET_MS, deadline=deadline)
+            QueuedReranker(reranker, self.models, budget_ms=settings.RERANK_BUDGET_MS, deadline=deadline)
             if reranker is not None
             else None
         )
         return self.engine.view(
-            encoder=QueuedEncoder(self.engine.encoder, self.embed_queue, start_by=deadline),
+            encoder=QueuedEncoder(self.engine.encoder, self.models, start_by=deadline),
             reranker=queued,
-            store_encoder=QueuedEncoder(self.engine.encoder, self.embed_queue),  # the store's work: no deadline
+            store_encoder=QueuedEncoder(self.engine.encoder, self.models),  # the store's work: no deadline
         )
 
     def adapt(self, engine, settings: Settings) -> None:
@@ -429,7 +428,7 @@ class Daemon:
             "ops": dict(self.ops),
             "busy": in_flight > 0,
             "in_flight": in_flight,
-            "queues": {q.name: q.stats() for q in (self.embed_queue, self.rerank_queue) if q is not None},
+            "models_queue": self.models.stats() if self.models is not None else None,
             "rss_mb": round(_rss_mb(), 1),
             "embed_model": eng.encoder.name if eng and eng.encoder else None,
             "reranker": eng.reranker.name if eng and eng.reranker else "none",
