@@ -88,6 +88,22 @@ def test_one_call_takes_no_more_than_its_cap_and_never_splits_a_caller():
     assert all(size <= 4 for size in sizes) and sum(sizes) == 6
 
 
+def test_a_prompts_call_goes_ahead_of_a_bulk_embedding_and_never_in_its_turn():
+    held = Held()
+    queue = ModelQueue("test", held, size=lambda p: 1, cap=8)
+    first, _ = _in_thread(queue.submit, "a")
+    assert held.inside.wait(60)
+    bulk = [_in_thread(queue.submit, p) for p in ("stop-1", "stop-2")]
+    wait_until(lambda: queue.stats()["waiting"] == 2, "a Stop's embedding slices queued")
+    prompt, got = _in_thread(queue.submit, "prompt", urgent=True)
+    wait_until(lambda: queue.stats()["waiting"] == 3, "a prompt queued")
+    held.release.set()
+    for t, _ in [(first, None), *bulk, (prompt, got)]:
+        t.join(60)
+    assert got["value"] == "done:prompt"
+    assert held.calls[1] == ["prompt"] and sorted(held.calls[2]) == ["stop-1", "stop-2"]
+
+
 def test_a_caller_whose_turn_does_not_come_in_time_leaves_the_queue():
     held = Held()
     queue = ModelQueue("test", held, size=lambda p: 1)
@@ -230,7 +246,8 @@ def test_the_embedder_and_the_cross_encoder_take_turns_on_one_worker():
     queue = model_queue(Encoder())
     first, _ = _in_thread(QueuedEncoder(Encoder(), queue).encode, ["the tests fail"])
     assert inside.wait(60)
-    embed, got_embed = _in_thread(QueuedEncoder(Encoder(), queue).encode, ["prices are in cents", "deploy"])
+    prompt_encoder = QueuedEncoder(Encoder(), queue, urgent=True)  # a prompt's own embedding
+    embed, got_embed = _in_thread(prompt_encoder.encode, ["prices are in cents", "deploy"])
     rerank, got_rerank = _in_thread(QueuedReranker(ce, queue, budget_ms=0.0).logits, "q", ["a", "bb"])
     wait_until(lambda: queue.stats()["waiting"] == 2, "an embedding and a rerank waiting")
     release.set()

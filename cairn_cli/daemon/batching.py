@@ -8,8 +8,8 @@ then hands each caller its share.
 
 - `ModelQueue.submit(payload, start_by=)`: the caller's result; a caller whose turn has not come by `start_by`
   leaves the queue (`Missed`) and its request goes on without it; `model_queue(encoder)`: the daemon's;
-- `QueuedEncoder`: an encoder's face over the embedding queue; a long list goes in slices, so that a prompt's
-  embedding waits behind one slice of a bulk embedding, not all of it; no turn before the client's deadline:
+- `QueuedEncoder`: an encoder's face over the queue (`urgent` for a prompt's own embedding); a long list goes in
+  slices, so that the calls of a bulk embedding take turns with the others; no turn before the client's deadline:
   DeadlineExceeded;
 - `QueuedReranker`: a reranker's face for one request: its turn must come within the rerank budget (and early
   enough for the answer to meet the client's deadline), else the stage is skipped (RerankSkipped) and the
@@ -42,10 +42,10 @@ class Missed(Exception):
 
 
 class _Job:
-    __slots__ = ("done", "error", "payload", "result", "running")
+    __slots__ = ("done", "error", "payload", "result", "running", "urgent")
 
-    def __init__(self, payload: Any):
-        self.payload = payload
+    def __init__(self, payload: Any, urgent: bool):
+        self.payload, self.urgent = payload, urgent
         self.running = False
         self.done = threading.Event()
         self.result: Any = None
@@ -53,8 +53,10 @@ class _Job:
 
 
 class ModelQueue:
-    """One model's callers, first come first served; the worker runs all those waiting (up to `cap` units, at
-    least one caller) as one call of `run`, which returns one result (or exception) per payload."""
+    """Callers of the models, first come first served, the urgent ones (a prompt's: its hook waits for it) ahead of
+    the others (an embed request: a Stop's engagement, a bulk import; a table refresh); the worker runs those
+    waiting at the head, of one kind (up to `cap` units, at least one caller), as one call of `run`, which returns
+    one result (or exception) per payload."""
 
     def __init__(self, name: str, run: Callable[[list], list], *, size: Callable[[Any], int] = len, cap: int = 64):
         self.name = name
@@ -68,16 +70,21 @@ class ModelQueue:
         self.missed = 0  # callers whose turn did not come in time
         self.widest = 0  # most callers in one call
 
-    def submit(self, payload: Any, *, start_by: float | None = None) -> Any:
-        """run(...)'s result for `payload`, waiting for the turn until `start_by` (epoch seconds) at most."""
-        job = _Job(payload)
+    def submit(self, payload: Any, *, start_by: float | None = None, urgent: bool = False) -> Any:
+        """run(...)'s result for `payload`, waiting for the turn until `start_by` (epoch seconds) at most; an
+        `urgent` caller goes behind the urgent ones already waiting, ahead of the others."""
+        job = _Job(payload, urgent)
         t0 = time.time()
         with self._cond:
             if self._worker is None:
                 self._worker = threading.Thread(target=self._work, name=f"cairn-{self.name}", daemon=True)
                 self._worker.start()
-            ahead = len(self._waiting) + self._running
-            self._waiting.append(job)
+            if urgent:
+                at = next((i for i, other in enumerate(self._waiting) if not other.urgent), len(self._waiting))
+                self._waiting.insert(at, job)
+            else:
+                self._waiting.append(job)
+            ahead = self._waiting.index(job) + self._running
             self._cond.notify_all()
             while not job.running:
                 left = None if start_by is None else start_by - time.time()
@@ -108,7 +115,11 @@ class ModelQueue:
                     self._cond.wait()
                 batch = [self._waiting.popleft()]
                 units = self._size(batch[0].payload)
-                while self._waiting and units + self._size(self._waiting[0].payload) <= self._cap:
+                while (
+                    self._waiting
+                    and self._waiting[0].urgent == batch[0].urgent  # a prompt never waits for a bulk embedding
+                    and units + self._size(self._waiting[0].payload) <= self._cap
+                ):
                     units += self._size(self._waiting[0].payload)
                     batch.append(self._waiting.popleft())
                 for job in batch:
@@ -185,8 +196,8 @@ def model_queue(encoder) -> ModelQueue:
 class QueuedEncoder:
     """`encoder` as one request sees it: its calls go through `queue`, and wait for their turn until `start_by`."""
 
-    def __init__(self, encoder, queue: ModelQueue, *, start_by: float | None = None):
-        self.encoder, self.queue, self.start_by = encoder, queue, start_by
+    def __init__(self, encoder, queue: ModelQueue, *, start_by: float | None = None, urgent: bool = False):
+        self.encoder, self.queue, self.start_by, self.urgent = encoder, queue, start_by, urgent
         self.name, self.dim = encoder.name, encoder.dim
 
     def encode(self, texts: list[str], *, progress: bool = False):
@@ -195,9 +206,8 @@ class QueuedEncoder:
         parts = []
         for start in range(0, len(texts), EMBED_SLICE):
             try:
-                parts.append(
-                    self.queue.submit((EMBED, list(texts[start : start + EMBED_SLICE])), start_by=self.start_by)
-                )
+                texts_slice = list(texts[start : start + EMBED_SLICE])
+                parts.append(self.queue.submit((EMBED, texts_slice), start_by=self.start_by, urgent=self.urgent))
             except Missed as exc:
                 raise DeadlineExceeded(f"no turn at the embedder before the client's deadline ({exc})") from None
         return np.concatenate(parts) if parts else np.zeros((0, self.dim), dtype=np.float32)
@@ -227,7 +237,7 @@ class QueuedReranker:
         plan = self.plan or {}
         payload = (RERANK, self.inner, plan.get("precision"), plan.get("max_length"), query, list(texts), prompt)
         try:
-            return self.queue.submit(payload, start_by=self.start_by(time.time()))
+            return self.queue.submit(payload, start_by=self.start_by(time.time()), urgent=True)
         except Missed as exc:
             raise RerankSkipped(f"rerank skipped under load: no turn at the cross-encoder in time ({exc})") from None
 

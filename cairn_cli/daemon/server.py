@@ -334,7 +334,7 @@ class Daemon:
             else None
         )
         return self.engine.view(
-            encoder=QueuedEncoder(self.engine.encoder, self.models, start_by=deadline),
+            encoder=QueuedEncoder(self.engine.encoder, self.models, start_by=deadline, urgent=True),
             reranker=queued,
             store_encoder=QueuedEncoder(self.engine.encoder, self.models),  # the store's work: no deadline
         )
