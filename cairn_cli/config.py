@@ -129,7 +129,8 @@ _SETTINGS = [
         "DAEMON_BACKOFF_S",
         10.0,
         float,
-        "After the daemon did not answer in time, skip it (lexical fallback at once) for this long; 0: never skip.",
+        "After the daemon did not answer in time and showed no heartbeat (hung, not slow), skip it (lexical fallback"
+        " at once) for this long; 0: never skip.",
     ),
     Setting(
         "DAEMON_WATCH_S",

@@ -87,8 +87,9 @@ def daemon_pids(home) -> list[int]:
 
 GATES_SITECUSTOMIZE = """
 # Test gates for a daemon process: while the file DAEMON_TEST_GATES/load exists the daemon does not start
-# loading its models; while DAEMON_TEST_GATES/rank exists every rank request waits (holding the request lock),
-# having appended a line to DAEMON_TEST_GATES/rank.inside (the evidence that a request is inside the daemon).
+# loading its models; while DAEMON_TEST_GATES/rank (or rank.<session>) exists every rank request (of that session)
+# waits inside the daemon, having appended its session to DAEMON_TEST_GATES/rank.inside (the evidence that a
+# request is inside the daemon).
 import importlib.abc, importlib.util, os, sys, time
 
 GATES = os.environ.get("DAEMON_TEST_GATES")
@@ -117,9 +118,11 @@ class _Gates(importlib.abc.MetaPathFinder):
 
             def gated_handle(self, req):
                 if req.get("op") == "rank":
+                    session = str((req.get("request") or {}).get("session_id"))
                     with open(os.path.join(GATES, "rank.inside"), "a") as fh:
-                        fh.write("rank\\n")
+                        fh.write(session + "\\n")
                     _wait("rank")
+                    _wait("rank." + session)
                 return handle(self, req)
 
             module.Daemon.load, module.Daemon.handle = gated_load, gated_handle
@@ -134,7 +137,8 @@ if GATES:
 
 
 class Gates:
-    """Hold a daemon (started with `.env`) before loading its models, or inside every rank request."""
+    """Hold a daemon (started with `.env`) before loading its models, or inside every rank request (`rank`) or
+    those of one session (`rank.<session>`)."""
 
     def __init__(self, tmp_path):
         self.dir = tmp_path / "gates"

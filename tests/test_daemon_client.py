@@ -196,3 +196,48 @@ def test_the_stop_hooks_embedding_respects_the_back_off(cairn_home, monkeypatch)
         assert fake.accepted == 1, "the second embedding skipped the hung daemon"
     finally:
         fake.close()
+
+
+def test_a_slow_daemon_with_a_live_heartbeat_costs_this_prompt_alone(cairn_home, auto, monkeypatch):
+    """No answer in time, but daemon.json's mtime keeps moving (the daemon's heartbeat): slow under load, not hung.
+    This prompt falls back; there is no back-off, and the next prompt asks the daemon again."""
+    monkeypatch.setenv("CAIRN_DAEMON_TIMEOUT_MS", "300")
+    fake = FakeDaemon(cairn_home, None)
+    status = client.status_path(cairn_home)
+    with open(status, "w") as fh:
+        fh.write("{}")
+    stop = threading.Event()
+
+    def beat():
+        while not stop.wait(0.02):
+            os.utime(status)
+
+    beating = threading.Thread(target=beat, daemon=True)
+    beating.start()
+    try:
+        first = _rank(autostart=True)
+        note = first["notes"][0]
+        assert first["ranker"] == "cairn-fallback"
+        assert "did not answer within 300 ms (alive, heartbeat" in note and "back-off" not in note, note
+        assert not os.path.exists(client.backoff_path(cairn_home))
+        again = _rank(autostart=True)
+        assert "alive, heartbeat" in again["notes"][0] and fake.accepted == 2, "the next prompt asks again"
+    finally:
+        stop.set()
+        beating.join()
+        fake.close()
+    assert auto == [], "an alive daemon is never a reason to start another"
+
+
+def test_a_heartbeat_that_stopped_is_a_hung_daemon(cairn_home):
+    fake = FakeDaemon(cairn_home, None)
+    status = client.status_path(cairn_home)
+    with open(status, "w") as fh:
+        fh.write("{}")
+    long_ago = os.stat(status).st_mtime - 60
+    os.utime(status, (long_ago, long_ago))
+    try:
+        with pytest.raises(client.NoAnswer):
+            client.request("rank", {}, timeout_ms=300)
+    finally:
+        fake.close()

@@ -222,6 +222,23 @@ def test_repeated_windows_cost_nothing_the_second_time(student):
 
 
 @pytest.mark.slow
+def test_prompts_scored_in_one_pass_score_as_they_do_alone(student):
+    """The daemon scores the pairs of concurrent prompts in one forward pass (logits_many): each prompt's logits are
+    what it gets alone (padding to the batch's widest pair changes nothing under the attention mask)."""
+    r = _reranker(student, dtype="fp32")
+    a = ("the tests fail", ["start postgres with make db-up", "prices are in cents"], None)
+    b = (
+        "how are prices stored? we saw rounding",
+        ["prices are in cents", "deploys go via staging"],
+        "how are prices stored?",
+    )
+    together = r.logits_many([a, b], precision="fp32", max_length=64, cache=False)
+    for got, (query, texts, prompt) in zip(together, (a, b)):
+        alone = r.logits(query, texts, prompt=prompt, precision="fp32", max_length=64, cache=False)
+        assert got == pytest.approx(alone, abs=1e-4)
+
+
+@pytest.mark.slow
 def test_numpy_blas_keeps_to_one_thread_beside_torch(student):
     """Once torch runs in a process, numpy's BLAS has one thread: its spinning idle threads would slow the rerank
     stage that follows the composite's matvec (measured: 68 -> 126 ms p50 at 10k memories, bench/hot_path.md)."""

@@ -7,10 +7,12 @@ refused, never trusted.
 
 Why the daemon did not answer decides what the caller may do next (dispatch.py):
 - NotRunning: no daemon listens (no socket, a stale one, one that is not ours): one may be started;
-- Loading, Busy: a daemon is alive and said so (models loading; its queue full or another request held it for
-  our whole deadline): never a reason to start another;
-- NoAnswer: connected, but no answer within the deadline (hung, stopped, swapping): never start another, and skip
-  the daemon for a short back-off (the marker file daemon.backoff) instead of paying the timeout again.
+- Loading, Busy: a daemon is alive and said so (models loading; its listen queue full, or other databases than
+  ours in use for our whole deadline): never a reason to start another;
+- Slow: connected, no answer within the deadline, but the daemon's heartbeat is live (daemon.json's mtime, touched
+  every HEARTBEAT_S while it makes progress): slow under load; fall back for this prompt only;
+- NoAnswer: connected, no answer within the deadline and no heartbeat (hung, stopped): never start another, and
+  skip the daemon for a short back-off (the marker file daemon.backoff) instead of paying the timeout again.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 
 BACKOFF_NAME = "daemon.backoff"
 DEADLINE_MARGIN_S = 0.25  # the daemon answers "busy" this long before the client would give up (time to be heard)
+HEARTBEAT_S = 0.25  # how often a daemon that makes progress touches daemon.json
 
 
 class Unavailable(Exception):
@@ -41,11 +44,15 @@ class Loading(Unavailable):
 
 
 class Busy(Unavailable):
-    """A daemon is alive but could not take our request in time (listen queue full, or another request held it)."""
+    """A daemon is alive but could not take our request in time (listen queue full, or other databases in use)."""
+
+
+class Slow(Unavailable):
+    """Connected, no answer within the deadline, but the daemon's heartbeat is live: slow under load, not hung."""
 
 
 class NoAnswer(Unavailable):
-    """Connected, but no answer within the deadline: the daemon is hung, stopped or swapping."""
+    """Connected, no answer within the deadline and no heartbeat since: the daemon is hung or stopped."""
 
 
 class RemoteError(Exception):
@@ -121,6 +128,9 @@ def request(op: str, payload: dict | None = None, *, timeout_ms: int, base=None)
             if chunk.endswith(b"\n") or size > MAX_RESPONSE_BYTES:
                 break
     except TimeoutError:
+        age = heartbeat_age(base)
+        if age is not None and age < max(2 * HEARTBEAT_S, min(0.9 * timeout_ms / 1000.0, 3.0)):
+            raise Slow(f"daemon did not answer within {timeout_ms} ms (alive, heartbeat {age:.1f} s ago)") from None
         raise NoAnswer(f"daemon did not answer within {timeout_ms} ms") from None
     except OSError as exc:
         raise Unavailable(f"daemon connection failed ({exc.strerror or exc})") from None
@@ -143,6 +153,14 @@ def request(op: str, payload: dict | None = None, *, timeout_ms: int, base=None)
             raise Busy(f"daemon alive but {error}")
         raise Unavailable(f"daemon failed: {error}")
     return answer
+
+
+def heartbeat_age(base=None) -> float | None:
+    """Seconds since the daemon's last heartbeat (daemon.json's mtime); None when it has no status file."""
+    try:
+        return max(0.0, time.time() - os.stat(status_path(base)).st_mtime)
+    except OSError:
+        return None
 
 
 def backoff_path(base=None) -> str:

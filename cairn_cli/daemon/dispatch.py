@@ -6,7 +6,9 @@ models in this process (slow; for tests and one-off use). Nothing heavy is impor
 
 The circuit breaker: only "no daemon listens" may start one (autostart), and only one process per CAIRN_HOME
 at a time (lock.claim_spawn); a daemon that is loading or busy said so and is left alone; one that did not answer
-in time is skipped for CAIRN_DAEMON_BACKOFF_S, so that a hung daemon costs one prompt its timeout, not every one.
+in time but whose heartbeat is live is slow under load: this prompt falls back, the next one asks again; one that
+did not answer and has no heartbeat is hung: skipped for CAIRN_DAEMON_BACKOFF_S, so that it costs one prompt its
+timeout, not every one.
 """
 
 from __future__ import annotations

@@ -4,10 +4,18 @@
   is imported; a second `serve` exits 1 at once;
 - holding the lock, any socket file left behind is stale and is replaced (stale-socket recovery);
 - the socket is created with mode 0600 (umask), there is no TCP listener; its listen queue holds 64 connections;
-- daemon.json tells pid, state (loading / ready), models and warnings; removed on a clean exit;
-- SIGTERM / SIGINT shut it down cleanly; requests are served one at a time (hooks are sequential, and the
-  databases are bound per request): one that cannot have its turn before its client's deadline is answered
-  "busy", one that arrives while the models load "loading"; health answers at once, whatever is running;
+- daemon.json tells pid, state (loading / ready), models and warnings; removed on a clean exit; its mtime is the
+  heartbeat (every HEARTBEAT_S, while requests finish or none is stuck): a client that timed out reads it to tell
+  a daemon slow under load (fall back for this prompt) from a hung one (back off);
+- SIGTERM / SIGINT shut it down cleanly; requests run concurrently, a thread each: the composite of many prompts at
+  once (the warm tables are shared, refreshed under their own lock: engine.py), the embedder and the cross-encoder
+  behind one queue whose worker runs the calls waiting together as one forward pass (batching.py): a prompt whose
+  cross-encoder turn does not come within the rerank budget skips the stage and says so; the databases are bound
+  per request and shared by the requests that name the same ones (one that names others waits until they are
+  done: "busy" if that is past its client's deadline); one that arrives while the models load is answered
+  "loading"; health answers at once, whatever is running; a reranker swapped in serves the requests that start
+  after it (each keeps the one it started with); OpenMP's idle threads sleep instead of spinning on the cores the
+  hooks' processes need (ml/device.py idle_threads_sleep);
 - it exits by itself when it is an orphan (its CAIRN_HOME, socket or lock file deleted or replaced: checked on
   every request and every CAIRN_DAEMON_WATCH_S) and, when CAIRN_DAEMON_IDLE_EXIT_S is set, when idle that long.
 """
@@ -32,15 +40,81 @@ import orjson
 from cairn_cli.config import Settings
 from cairn_cli.daemon import housekeeping
 from cairn_cli.daemon import lock as home_lock
-from cairn_cli.daemon.client import clear_backoff, socket_path, status_path
+from cairn_cli.daemon.client import HEARTBEAT_S, clear_backoff, socket_path, status_path
 from cairn_cli.errors import CairnError, DeadlineExceeded, InvalidInput
 from cairn_cli.files import atomic_write, private_dir
 
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
+STUCK_AFTER_S = 10.0  # no heartbeat while a request has run this long and none has finished meanwhile
 
 
 class AlreadyRunning(CairnError):
     pass
+
+
+class _Busy(Exception):
+    """The request names other databases than those in use, and they were not free before its deadline."""
+
+
+class _Stores:
+    """The databases the models are bound to (db's proxies are process-wide): any number of requests naming the
+    bound ones share them; one naming others waits until the room is empty, then binds its own (and requests
+    arriving meanwhile wait behind it, so that it is not starved)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self.key: tuple | None = None
+        self._users = 0
+        self._binding = False
+        self._switching = 0  # requests waiting to bind other databases
+        self._waiting = 0  # requests waiting for the room, whichever databases they name
+
+    @contextlib.contextmanager
+    def using(self, key: tuple, bind, deadline: float | None):
+        """Hold the stores named by `key` for the block; `bind()` binds them (called by every request: it also
+        indexes what the full-text index has queued; when the key changes, with the room to itself)."""
+        with self._cond:
+            waiting_to_switch = False
+            try:
+                while True:
+                    if self.key == key and not self._binding and not self._switching:
+                        break
+                    if self.key != key and not self._users and not self._binding:
+                        break
+                    if self.key != key and not waiting_to_switch:
+                        waiting_to_switch, self._switching = True, self._switching + 1
+                    left = None if deadline is None else deadline - time.time()
+                    if left is not None and left <= 0:
+                        raise _Busy("busy: other databases were in use until its client's deadline")
+                    self._waiting += 1
+                    try:
+                        self._cond.wait(left)
+                    finally:
+                        self._waiting -= 1
+            finally:
+                if waiting_to_switch:
+                    self._switching -= 1
+                    self._cond.notify_all()
+            switch = self.key != key
+            self._binding = switch
+            self._users += 1
+        try:
+            if switch:
+                bound = None  # a bind that failed midway leaves the proxies unknown: the next request binds again
+                try:
+                    bind()
+                    bound = key
+                finally:
+                    with self._cond:
+                        self.key, self._binding = bound, False
+                        self._cond.notify_all()
+            else:
+                bind()
+            yield
+        finally:
+            with self._cond:
+                self._users -= 1
+                self._cond.notify_all()
 
 
 def _rss_mb() -> float:
@@ -55,20 +129,26 @@ def _rss_mb() -> float:
 
 
 def _torch_threads() -> int | None:
-    torch = sys.modules.get("torch")
-    return torch.get_num_threads() if torch is not None else None
+    get = getattr(sys.modules.get("torch"), "get_num_threads", None)  # None too while torch is being imported
+    return get() if get is not None else None
 
 
 class Daemon:
     def __init__(self, home: Path, settings: Settings, log):
         self.home, self.settings, self.log = home, settings, log
-        self.lock = threading.Lock()  # one request at a time
         self.started = time.time()
         self.requests = 0
         self.ops: dict[str, int] = {}
         self._count_lock = threading.Lock()
+        self._running: dict[int, float] = {}  # rank / embed requests in flight -> when they started (monotonic)
+        self._serial = 0
+        self.last_done = time.monotonic()  # the last rank or embed that finished (the heartbeat)
         self.last_work = time.monotonic()  # the last rank or embed (idle exit)
+        self.stores = _Stores()
+        self._reranker_lock = threading.RLock()  # one request checks the reranker's resolution at a time
+        self._adapting = threading.Lock()
         self.engine = None
+        self.models = None  # the queue of the embedder's and the cross-encoder's calls (batching.py)
         self.reranker_sig = None
         self.loading_sig = None
         self.refused_students: set[str] = set()  # the team's student versions that could not be installed here
@@ -82,12 +162,18 @@ class Daemon:
     def load(self) -> None:
         from cairn_cli.core.ranking.engine import RankEngine
         from cairn_cli.core.store import open_stores
-        from cairn_cli.ml.device import apply_torch_threads, set_torch_threads
+        from cairn_cli.daemon.batching import model_queue
+        from cairn_cli.ml.device import apply_torch_threads, idle_threads_sleep, set_torch_threads
+
+        if not idle_threads_sleep():  # before torch loads: the hooks' processes need the cores between model calls
+            self.log("warning: torch was loaded before the daemon could make OpenMP's idle threads sleep")
         from cairn_cli.ml.models import get_encoder
 
         open_stores(self.settings)
+        self.stores.key = _stores_key(self.settings)
         set_torch_threads(self.settings.TORCH_THREADS)  # kept through every model load (ml/device.py)
         self.engine = RankEngine(get_encoder(self.settings.EMBED_MODEL, self.settings.EMBED_DTYPE))
+        self.models = model_queue(self.engine.encoder)
         self.refresh_reranker(self.settings, wait=True)
         t0 = time.time()
         self.engine.table(self.settings)  # prewarm: index the default store before the first prompt
@@ -102,7 +188,16 @@ class Daemon:
     def refresh_reranker(self, settings: Settings, *, wait: bool = False) -> None:
         """Resolve the reranker for this request's settings; when it (or the student on disk) changed, load the new
         one in the background and keep ranking with the current one until it is ready, so that a deployment never
-        makes a prompt wait for a model load (`wait`: load now, at start-up)."""
+        makes a prompt wait for a model load (`wait`: load now, at start-up). One request checks at a time; the
+        others meanwhile rank with the reranker they have."""
+        if not self._reranker_lock.acquire(blocking=wait):
+            return
+        try:
+            self._refresh_reranker(settings, wait=wait)
+        finally:
+            self._reranker_lock.release()
+
+    def _refresh_reranker(self, settings: Settings, *, wait: bool) -> None:
         from cairn_cli.core.learning import shared
         from cairn_cli.core.ranking.reranking import resolve
 
@@ -135,16 +230,16 @@ class Daemon:
             self._swap_reranker(settings, resolution, sig)
         else:
             self.log(f"loading reranker {resolution.name} in the background")
-            threading.Thread(target=self._swap_reranker, args=(settings, resolution, sig, True), daemon=True).start()
+            threading.Thread(target=self._swap_reranker, args=(settings, resolution, sig), daemon=True).start()
 
-    def _swap_reranker(self, settings: Settings, resolution, sig, locked: bool = False) -> None:
+    def _swap_reranker(self, settings: Settings, resolution, sig) -> None:
         from cairn_cli.core.ranking.reranking import load_reranker
         from cairn_cli.ml.device import apply_torch_threads
         from cairn_cli.ml.reranker import NONE
 
         reranker, notes = load_reranker(settings, resolution, measure=True)
         apply_torch_threads()
-        with self.lock if locked else contextlib.nullcontext():  # swapped between requests, never during one
+        with self._reranker_lock:  # a request in flight keeps the reranker it started with (request_engine)
             if self.loading_sig != sig:
                 return  # superseded by a newer deployment while loading
             current = self.engine.reranker
@@ -162,8 +257,8 @@ class Daemon:
 
     # -- requests -----------------------------------------------------------------------------------------
     def serve_request(self, req: dict) -> dict:
-        """Route one request: health at once; rank and embed one at a time, each waiting for its turn at most
-        until its client's deadline (then "busy"); nothing but health while loading or after a failed load."""
+        """Route one request: health at once; rank and embed concurrently (see the module note), a request whose
+        client has given up abandoned; nothing but health while loading or after a failed load."""
         op = req.get("op")
         with self._count_lock:
             self.requests += 1
@@ -182,26 +277,27 @@ class Daemon:
                 return {"ok": False, "kind": "failed", "error": f"model load {self.state}"}
             return {"ok": False, "kind": "loading", "error": "daemon is still loading its models"}
         deadline = req.get("deadline")
-        t0 = time.time()
-        if isinstance(deadline, (int, float)):
-            got = self.lock.acquire(timeout=max(0.0, deadline - t0))
-        else:
-            got = self.lock.acquire()
-        if not got:
-            return {"ok": False, "kind": "busy", "error": f"busy: another request held it for {time.time() - t0:.1f} s"}
+        if isinstance(deadline, (int, float)) and time.time() >= deadline:
+            raise DeadlineExceeded(f"its client stopped waiting {time.time() - deadline:.1f} s ago")
+        with self._count_lock:
+            self._serial += 1
+            serial = self._serial
+            self._running[serial] = time.monotonic()
         try:
-            if isinstance(deadline, (int, float)) and time.time() >= deadline:
-                raise DeadlineExceeded(f"its client stopped waiting {time.time() - deadline:.1f} s ago")
             answer = self.handle(req)
+        except _Busy as exc:
+            return {"ok": False, "kind": "busy", "error": str(exc)}
         finally:
-            self.lock.release()
-        self.last_work = time.monotonic()
+            with self._count_lock:
+                del self._running[serial]
+                self.last_done = self.last_work = time.monotonic()
         return answer
 
     def handle(self, req: dict) -> dict:
-        """rank or embed, with the request lock held."""
+        """rank or embed, in this request's thread."""
         op = req.get("op")
         settings = Settings(environ=req.get("env") or {}, **(req.get("settings") or {}))
+        deadline = req.get("deadline") if isinstance(req.get("deadline"), (int, float)) else None
         if op == "rank":
             from cairn_cli.core.ranking.rank import RankRequest, rank
             from cairn_cli.core.store import open_stores
@@ -209,22 +305,52 @@ class Daemon:
             fields = req.get("request")
             if not isinstance(fields, dict):
                 raise InvalidInput("rank needs a request object", "use cairn rank")
-            open_stores(settings)  # the request's own stores (its CAIRN_* environment, its --db-url)
-            self.refresh_reranker(settings)  # after open_stores: a calibrated floor is machine state
-            result = rank(RankRequest(**fields), settings, self.engine)
-            if self.engine.reranker is not None:
-                from cairn_cli.core.ranking.reranking import adapt
-
-                adapt(self.engine.reranker, settings)  # the plan learns its margin from the stage as it runs
+            # the request's own stores (its CAIRN_* environment, its --db-url), shared with those naming the same
+            with self.stores.using(_stores_key(settings), lambda: open_stores(settings), deadline):
+                self.refresh_reranker(settings)  # after open_stores: a calibrated floor is machine state
+                engine = self.request_engine(settings, deadline)
+                result = rank(RankRequest(**fields), settings, engine)
+                self.adapt(engine, settings)
             gc.freeze()  # the warm tables are long-lived: keep the cyclic GC from rescanning 100k objects
             return {"ok": True, "result": result.as_dict()}
         if op == "embed":
+            from cairn_cli.daemon.batching import QueuedEncoder
+
             texts = req.get("texts")
             if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
                 raise InvalidInput("embed needs a list of texts", 'send {"texts": [...]}')
-            vecs = self.engine.embed(texts)
+            vecs = QueuedEncoder(self.engine.encoder, self.models, start_by=deadline).encode(texts)
             return {"ok": True, "model": self.engine.encoder.name, "vectors": vecs.tolist()}
         raise InvalidInput(f"unknown op {op!r}", "use rank, embed, health or shutdown")
+
+    def request_engine(self, settings: Settings, deadline: float | None):
+        """The engine one rank request ranks with: the warm tables, the embedder's queue, and the reranker live
+        when it started (a swap meanwhile serves the next requests) behind the cross-encoder's queue."""
+        from cairn_cli.daemon.batching import QueuedEncoder, QueuedReranker
+
+        reranker = self.engine.reranker
+        queued = (
+            QueuedReranker(reranker, self.models, budget_ms=settings.RERANK_BUDGET_MS, deadline=deadline)
+            if reranker is not None
+            else None
+        )
+        return self.engine.view(
+            encoder=QueuedEncoder(self.engine.encoder, self.models, start_by=deadline, urgent=True),
+            reranker=queued,
+            store_encoder=QueuedEncoder(self.engine.encoder, self.models),  # the store's work: no deadline
+        )
+
+    def adapt(self, engine, settings: Settings) -> None:
+        """The plan learns its margin from the stage as it runs (reranking.adapt); one request does it at a time,
+        the others go on."""
+        if engine.reranker is None or not self._adapting.acquire(blocking=False):
+            return
+        try:
+            from cairn_cli.core.ranking.reranking import adapt
+
+            adapt(engine.reranker.inner, settings)
+        finally:
+            self._adapting.release()
 
     # -- lifetime -----------------------------------------------------------------------------------------
     def orphaned(self) -> str | None:
@@ -269,19 +395,42 @@ class Daemon:
                 return
             housekeeping.run_due(self.home, self.settings, self.log)  # daemon.log's cap; retention once a day
             quiet = time.monotonic() - self.last_work
-            if idle > 0 and self.state == "ready" and quiet >= idle and not self.lock.locked():
+            if idle > 0 and self.state == "ready" and quiet >= idle and not self._running:
                 self.stop(f"idle for {idle:g} s (CAIRN_DAEMON_IDLE_EXIT_S)")
                 return
 
+    def progressing(self) -> bool:
+        """Not stuck: no request in flight, or the oldest one started, or one finished, within STUCK_AFTER_S."""
+        with self._count_lock:
+            if not self._running:
+                return True
+            oldest_start = min(self._running.values())
+            last_done = self.last_done
+        return time.monotonic() - max(oldest_start, last_done) < STUCK_AFTER_S
+
+    def heartbeat(self, done: threading.Event) -> None:
+        """Touch daemon.json every HEARTBEAT_S while the daemon makes progress (client.heartbeat_age reads it)."""
+        path = status_path(self.home)
+        while not done.wait(HEARTBEAT_S):
+            if self.progressing():
+                try:
+                    os.utime(path)
+                except OSError:
+                    pass  # gone (an orphan, or a clean exit under way): nothing to keep alive
+
     def health(self) -> dict:
         eng = self.engine
+        with self._count_lock:
+            in_flight = len(self._running)
         return {
             "pid": os.getpid(),
             "state": self.state,
             "uptime_s": round(time.time() - self.started, 1),
             "requests": self.requests,
             "ops": dict(self.ops),
-            "busy": self.lock.locked(),
+            "busy": in_flight > 0,
+            "in_flight": in_flight,
+            "models_queue": self.models.stats() if self.models is not None else None,
             "rss_mb": round(_rss_mb(), 1),
             "embed_model": eng.encoder.name if eng and eng.encoder else None,
             "reranker": eng.reranker.name if eng and eng.reranker else "none",
@@ -374,6 +523,7 @@ def _serve_locked(home: Path, settings: Settings, log) -> int:
     threading.Thread(target=_load, args=(daemon, log), daemon=True).start()
     done = threading.Event()
     threading.Thread(target=daemon.watch, args=(done,), daemon=True).start()
+    threading.Thread(target=daemon.heartbeat, args=(done,), daemon=True).start()
     try:
         server.serve_forever(poll_interval=0.2)
     finally:
@@ -385,6 +535,18 @@ def _serve_locked(home: Path, settings: Settings, log) -> int:
         close_all()
         log("stopped")
     return 0
+
+
+def _stores_key(settings: Settings) -> tuple:
+    """What binding a request's stores sets process-wide: the two database URLs and the writing instance."""
+    from cairn_cli import config
+    from cairn_cli.core.store import instance_id
+
+    return (
+        config.memory_db_url(settings.DB_URL),
+        config.ephemeral_db_url(settings.EPHEMERAL_DB_URL),
+        instance_id(settings),
+    )
 
 
 def _remove_if_ours(daemon: Daemon, sock: Path, status: Path) -> None:

@@ -44,6 +44,23 @@ def simd_summary() -> str:
     return " ".join(f for f in wanted if f in cpu_flags()) or "none of avx2/avx512"
 
 
+def idle_threads_sleep() -> bool:
+    """OpenMP's idle threads sleep instead of spinning (OMP_WAIT_POLICY=PASSIVE, unless the environment says
+    otherwise), for a process that shares its cores with others while it serves (the daemon and the hooks'
+    processes). libgomp spins its threads for a while after every parallel region: with two cores, a warm daemon's
+    spinning threads held the cores the hooks' processes needed, and at 16 sessions side by side (each prompting
+    every ~2 s, MiniLM embedding, no cross-encoder) hook prompt p95 was 3.5-4 s with a half of the prompts past the
+    client's deadline; sleeping, p95 0.1-0.2 s and every prompt answered. Idle, it costs a few ms a model call
+    (MiniLM prompt embedding 7.5 -> 13 ms, 12 cross-encoder pairs 128 -> 139 ms here). libgomp reads it when torch
+    loads: False when torch is already loaded (nothing changed)."""
+    import sys
+
+    if "torch" in sys.modules:
+        return False
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    return True
+
+
 def set_torch_threads(n: int) -> None:
     """The wish for torch's intra-op threads (CAIRN_TORCH_THREADS; 0: min(4, the cores)), applied now when torch is
     loaded and again after every model load (loading a model must never reset it)."""

@@ -285,29 +285,49 @@ class CrossEncoderReranker:
     ) -> list[float]:
         """Raw logits of (query, text) pairs in `precision` (default: the plan's, else the configured dtype) at
         `max_length` tokens (default: the plan's, else the configured bound)."""
-        if not texts:
-            return []
+        return self.logits_many([(query, texts, prompt)], precision=precision, max_length=max_length, cache=cache)[0]
+
+    def logits_many(
+        self,
+        requests: list[tuple[str, list[str], str | None]],
+        *,
+        precision: str | None = None,
+        max_length: int | None = None,
+        cache: bool = True,
+    ) -> list[list[float]]:
+        """`logits` of several (query, texts, prompt) requests in one forward pass (the daemon's concurrent
+        prompts): their pairs not in the cache are scored together, shortest first (less padding per batch)."""
         plan = self.plan or {}
         precision = precision or plan.get("precision") or self.dtype
         max_length = max_length or plan.get("max_length") or self.max_length
         import hashlib
 
-        qkey = hashlib.blake2b(f"{prompt}\x00{query}".encode("utf-8", "replace"), digest_size=12).digest()
-        keys = [(qkey, t, precision, max_length) for t in texts]
-        out: list[float | None] = [self._scores.get(k) if cache else None for k in keys]
-        todo = [i for i, v in enumerate(out) if v is None]
+        outs: list[list[float | None]] = []
+        todo: list[tuple[int, int, tuple]] = []  # (request, position, cache key) of each pair to score
+        pairs = []
+        for r, (query, texts, prompt) in enumerate(requests):
+            qkey = hashlib.blake2b(f"{prompt}\x00{query}".encode("utf-8", "replace"), digest_size=12).digest()
+            keys = [(qkey, t, precision, max_length) for t in texts]
+            out: list[float | None] = [self._scores.get(k) if cache else None for k in keys]
+            for i, v in enumerate(out):
+                if v is None:
+                    todo.append((r, i, keys[i]))
+                    pairs.append(self.pair_ids(query, texts[i], max_length, prompt))
+            outs.append(out)
         if todo:
             import time
 
             t0 = time.perf_counter()
-            pairs = [self.pair_ids(query, texts[i], max_length, prompt) for i in todo]
-            for i, score in zip(todo, self._forward(self.variant(precision), pairs)):
-                out[i] = score
+            order = sorted(range(len(pairs)), key=lambda j: len(pairs[j][0]))
+            scores = self._forward(self.variant(precision), [pairs[j] for j in order])
+            for j, score in zip(order, scores):
+                r, i, key = todo[j]
+                outs[r][i] = score
                 if cache:
-                    self._scores.put(keys[i], score)
+                    self._scores.put(key, score)
             if cache and plan and (precision, max_length) == (plan.get("precision"), plan.get("max_length")):
                 self.observed = [*self.observed[-(_OBSERVED - 1) :], (len(todo), time.perf_counter() - t0)]
-        return [float(v) for v in out if v is not None]
+        return [[float(v) for v in out if v is not None] for out in outs]
 
     def time_call(self, precision: str, max_length: int, n: int, repeats: int = 3) -> float:
         """Median seconds of one stage call: `n` pairs of `max_length` tokens in `precision`, caches bypassed."""

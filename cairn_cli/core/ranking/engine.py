@@ -2,13 +2,22 @@
 
 A `RankEngine` holds the embedding encoder (None in the lexical fallback), the cross-encoder (None: no rerank
 stage) and a cache of scoring tables keyed by the store's version, refreshed in place by the rows that changed.
-The daemon keeps one engine for its lifetime; an in-process call builds one for itself. Memories that arrived
-without a usable embedding are embedded here and the embedding stored. The lexical fallback loads no table: it
-reads the store's full-text index (core/ranking/fallback.py).
+The daemon keeps one engine for its lifetime and ranks many requests at once through per-request views of it
+(`view`: the same tables, the request's own queued encoder and reranker); an in-process call builds one for
+itself. Memories that arrived without a usable embedding are embedded here and the embedding stored. The lexical
+fallback loads no table: it reads the store's full-text index (core/ranking/fallback.py).
+
+Threads: a table is read by any number of rankings at once (`reading`: a shared hold for the composite's few
+milliseconds) and refreshed by one thread at a time; the others meanwhile rank with the table as it is. The rows
+are read and new memories embedded first; only applying them holds the table alone (the refresh waits for the
+readers in its way, and new readers wait for it: it applies a few rows).
 """
 
 from __future__ import annotations
 
+import _thread  # threading's lock without threading's import (the fallback's hot path ranks through this module)
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -27,6 +36,55 @@ class Reranker(Protocol):
     def logits(self, query: str, texts: list[str], *, prompt: str | None = None) -> list[float]: ...
 
     def score_from_logits(self, raw: list[float]) -> list[float]: ...
+
+
+class RerankSkipped(Exception):
+    """A reranker that could not score this request in time (the daemon's cross-encoder queue under load): the
+    ranking goes on with the composite's order and its notes and provenance say why."""
+
+
+class SharedLock:
+    """Many readers or one writer; a waiting writer holds back new readers (a refresh is never starved by a stream
+    of prompts, and it only waits for the few milliseconds of the readers already in)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._cond = threading.Condition(threading.Lock())
+        self._readers = 0
+        self._writer = False
+        self._writers_waiting = 0
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._cond:
+            while self._writer or self._writers_waiting:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                if not self._readers:
+                    self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            self._writers_waiting += 1
+            try:
+                while self._writer or self._readers:
+                    self._cond.wait()
+            finally:
+                self._writers_waiting -= 1
+            self._writer = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writer = False
+                self._cond.notify_all()
 
 
 def store_version(settings: Settings) -> tuple:
@@ -51,6 +109,7 @@ class _Table:
     since: object  # the newest updated_at already applied
     meta_scopes: dict = field(default_factory=dict)  # prefiltered memory id -> its scope
     scopes: list = field(default_factory=list)
+    lock: SharedLock = field(default_factory=SharedLock)  # readers share it, a refresh in place holds it alone
 
     def prefiltered(self, scope: str | None) -> int:
         if not scope:
@@ -94,6 +153,19 @@ class RankEngine:
         self.notes = list(notes or [])  # about how every ranking of this engine is made (the fallback's reason)
         self.warnings = list(warnings or [])  # about the models (one missing, one that failed to load)
         self._tables: dict[tuple, _Table] = {}
+        self._refreshing = _thread.allocate_lock()  # one thread builds or refreshes a table at a time
+        self.store_encoder = None  # what a refresh embeds the store's new memories with (None: `encoder`)
+
+    def view(self, *, encoder, reranker: Reranker | None, store_encoder=None) -> RankEngine:
+        """This engine's warm tables with other models: the daemon's per-request engine (its queued encoder, the
+        reranker the request started with, and `store_encoder`, which embeds memories for the table without the
+        request's deadline: that work is the store's, not the prompt's). The encoders must be the same model (the
+        tables are keyed by its name)."""
+        other = RankEngine(
+            encoder, reranker, ranker=self.ranker, notes=self.notes, warnings=self.warnings, indexed=self.indexed
+        )
+        other._tables, other._refreshing, other.store_encoder = self._tables, self._refreshing, store_encoder
+        return other
 
     @classmethod
     def in_process(cls, settings: Settings, *, with_reranker: bool = True) -> RankEngine:
@@ -116,12 +188,23 @@ class RankEngine:
 
     def table(self, settings: Settings) -> RankEntry:
         """The store's table, refreshed in place by the rows changed since it was built (rebuilt when rows
-        disappeared or half its slots are dead); the fallback's reads the full-text index instead."""
+        disappeared or half its slots are dead); the fallback's reads the full-text index instead. Read its
+        table through `reading` where another thread may refresh it."""
         if self.indexed:
             from cairn_cli.core.ranking.fallback import IndexedEntry
 
             return IndexedEntry(settings, self.notes)
         return self._warm_table(settings)
+
+    @contextmanager
+    def reading(self, entry: RankEntry) -> Iterator[RankEntry]:
+        """Hold `entry` (from `table`) unchanged for the block: no refresh applies rows to it meanwhile."""
+        lock = getattr(entry, "lock", None)
+        if lock is None:  # the fallback's entry: nothing warm, nothing refreshed in place
+            yield entry
+            return
+        with lock.shared():
+            yield entry
 
     def _warm_table(self, settings: Settings) -> _Table:
         version = store_version(settings)
@@ -134,18 +217,29 @@ class RankEngine:
         entry = self._tables.get(key)
         if entry is not None and entry.version == version:
             return entry
-        if entry is None or version[1] < entry.version[1] or entry.table.dead_fraction > 0.5:
-            entry = self._build(settings, version)
-        else:
-            self._apply(
-                entry,
-                _load_rows(settings, self.embed_model, changed_since=entry.since, after_id=entry.version[1]),
-                settings,
-            )
-            entry.version = version
-        entry.scopes = sorted(entry.table.live_scopes() | set(entry.meta_scopes.values()) | {GLOBAL_SCOPE})
-        self._tables[key] = entry
-        return entry
+        if entry is None:
+            self._refreshing.acquire()  # the first of this store: every ranking needs it, all wait for it
+        elif not self._refreshing.acquire(blocking=False):
+            return entry  # another thread is refreshing it: rank with the table as it is, a few rows behind
+        try:
+            entry = self._tables.get(key)  # another thread may have brought it up to date meanwhile
+            if entry is not None and entry.version == version:
+                return entry
+            if entry is None or version[1] < entry.version[1] or entry.table.dead_fraction > 0.5:
+                entry = self._build(settings, version)  # a new entry: nobody reads it before it is in the cache
+                entry.scopes = _scopes(entry)
+                self._tables[key] = entry
+                return entry
+            changed = _load_rows(settings, self.embed_model, changed_since=entry.since, after_id=entry.version[1])
+            rows = self._embedded(list(changed), settings)  # before the readers are held back: a model call
+            with entry.lock.exclusive():
+                self._apply(entry, rows, settings)
+                entry.table.arrays()  # stacked here: readers never build them (two at once would stack rows twice)
+                entry.version = version
+                entry.scopes = _scopes(entry)
+            return entry
+        finally:
+            self._refreshing.release()
 
     def _build(self, settings: Settings, version: tuple) -> _Table:
         from cairn_cli.core.ranking.scoring import ScoringTable
@@ -175,10 +269,31 @@ class RankEngine:
             if blob is None and self.encoder is not None:
                 unembedded.append(cand)  # e.g. written by a Stop hook while no embedder answered
                 continue
-            entry.table.upsert(cand, np.frombuffer(blob, dtype=np.float32) if blob is not None else None)
+            vec = blob if blob is None or isinstance(blob, np.ndarray) else np.frombuffer(blob, dtype=np.float32)
+            entry.table.upsert(cand, vec)
         for cand, vec in zip(unembedded, self._embed_and_store(unembedded)):
             cand.has_embedding = True
             entry.table.upsert(cand, vec)
+
+    def _embedded(self, rows: list, settings: Settings) -> list:
+        """`rows` (of _load_rows) with the live memories that lack a usable embedding embedded (and it stored), so
+        that applying them to a table is quick."""
+        from cairn_cli.core.prefilter import is_self_referential_meta
+
+        if self.encoder is None:
+            return rows
+        missing = [
+            i
+            for i, (cand, blob, superseded, _) in enumerate(rows)
+            if blob is None
+            and not superseded
+            and not (settings.RELEVANCE_PREFILTER_ENABLED and is_self_referential_meta(cand.content, cand.kind))
+        ]
+        for i, vec in zip(missing, self._embed_and_store([rows[i][0] for i in missing])):
+            cand, _, superseded, updated = rows[i]
+            cand.has_embedding = True
+            rows[i] = (cand, vec, superseded, updated)
+        return rows
 
     def _embed_and_store(self, cands: list[Candidate]):
         """Embed memories that have no usable embedding and store it (updated_at untouched: not a new version)."""
@@ -186,12 +301,17 @@ class RankEngine:
 
         if not cands:
             return []
-        vecs = self.encoder.encode([embedding_text(c.content, c.keywords) for c in cands])
-        store_embeddings([c.id for c in cands], vecs, self.encoder.name)
+        encoder = self.store_encoder or self.encoder
+        vecs = encoder.encode([embedding_text(c.content, c.keywords) for c in cands])
+        store_embeddings([c.id for c in cands], vecs, encoder.name)
         return vecs
 
     def embed(self, texts: list[str]):
         return self.encoder.encode(texts)
+
+
+def _scopes(entry: _Table) -> list[str]:
+    return sorted(entry.table.live_scopes() | set(entry.meta_scopes.values()) | {GLOBAL_SCOPE})
 
 
 def _load_rows(settings: Settings, embed_model: str | None, *, changed_since=None, after_id: int = 0):

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 
 from cairn_cli.config import Settings
-from cairn_cli.core.ranking.engine import Reranker
+from cairn_cli.core.ranking.engine import Reranker, RerankSkipped
 from cairn_cli.core.ranking.lexical import Scored, ScoreTable
 from cairn_cli.core.ranking.profiles import Profile
 
@@ -65,7 +65,63 @@ def select(
     None without an embedding model; `prompt`: the part of the query a pair never loses to its token bound).
 
     A reranker with a plan (core/ranking/plan.py) rescores as many candidates as the plan's budget allows, in its
-    precision and max length, and every delivery records that plan; a plan that found no room skips the stage."""
+    precision and max length, and every delivery records that plan; a plan that found no room skips the stage,
+    and so does a reranker that cannot score in time (RerankSkipped: the daemon's queue under load).
+    `shortlist` then `rerank`: the table is read by the first alone."""
+    return rerank(
+        shortlist(
+            table,
+            query,
+            similarities,
+            scope=scope,
+            k=k,
+            settings=settings,
+            reranker=reranker,
+            ranker=ranker,
+            prompt=prompt,
+            profile=profile,
+            floor=floor,
+            explore=explore,
+        )
+    )
+
+
+@dataclass
+class Shortlist:
+    """The composite's part of a selection: the candidates past the composite floor, best first, and what the
+    rerank stage needs to finish it (no reference to the table: another thread may refresh it meanwhile)."""
+
+    positive: list[Scored]
+    dropped: dict
+    notes: list[str]
+    weights: dict
+    query: str
+    prompt: str | None
+    k: int
+    explore: float
+    reranker: Reranker | None  # None: no stage (none live, or its plan skips it)
+    plan: dict | None
+    candidates: int  # how many the stage rescores
+    depth: int  # how deep the ranking goes without the stage (exploration's pool)
+    blend: float
+
+
+def shortlist(
+    table: ScoreTable,
+    query: str,
+    similarities,
+    *,
+    scope: str | None,
+    k: int,
+    settings: Settings,
+    reranker: Reranker | None,
+    ranker: str,
+    prompt: str | None = None,
+    profile: Profile | None = None,
+    floor: float = 0.0,
+    explore: float = 0.0,
+) -> Shortlist:
+    """The composite's scores of the memories in scope and its floor (see `select`)."""
     plan = getattr(reranker, "plan", None) if reranker is not None else None
     notes = []
     if plan and plan.get("skipped"):
@@ -98,16 +154,51 @@ def select(
         s.components["composite_floor"] = floor
         if plan:
             s.components["rerank_plan"] = {key: plan.get(key) for key in PLAN_FIELDS}
-    if reranker is None:
-        depth = positive[: max(k, settings.RERANK_CANDIDATES)]
-        return Selection(explored(depth, k, query, explore), dropped, notes=notes, weights=weights)
-    t0 = time.perf_counter()
-    kept, dropped["floor"] = rerank_stage(positive[:candidates], query, reranker, settings.RERANK_BLEND, prompt=prompt)
-    stage_ms = (time.perf_counter() - t0) * 1000.0
-    chosen = explored(kept, k, query, explore)
-    return Selection(
-        chosen, dropped, reranked=True, reranker_model=reranker.name, notes=notes, weights=weights, rerank_ms=stage_ms
+    return Shortlist(
+        positive,
+        dropped,
+        notes,
+        weights,
+        query,
+        prompt,
+        k,
+        explore,
+        reranker,
+        plan,
+        candidates,
+        max(k, settings.RERANK_CANDIDATES),
+        settings.RERANK_BLEND,
     )
+
+
+def rerank(short: Shortlist) -> Selection:
+    """The rerank stage over the shortlist (when there is one), then exploration's draw and the top k."""
+    query, k, explore, notes = short.query, short.k, short.explore, short.notes
+    reranker, positive, dropped = short.reranker, short.positive, short.dropped
+    if reranker is not None:
+        t0 = time.perf_counter()
+        try:
+            kept, dropped["floor"] = rerank_stage(
+                positive[: short.candidates], query, reranker, short.blend, prompt=short.prompt
+            )
+        except RerankSkipped as exc:  # no turn in time: the composite's order, and every delivery says so
+            notes.append(str(exc))
+            for s in positive:
+                s.components["reranker"] = NO_RERANKER
+                s.components["rerank_plan"] = {**s.components.get("rerank_plan", {}), "skipped": True}
+        else:
+            stage_ms = (time.perf_counter() - t0) * 1000.0
+            chosen = explored(kept, k, query, explore)
+            return Selection(
+                chosen,
+                dropped,
+                reranked=True,
+                reranker_model=reranker.name,
+                notes=notes,
+                weights=short.weights,
+                rerank_ms=stage_ms,
+            )
+    return Selection(explored(positive[: short.depth], k, query, explore), dropped, notes=notes, weights=short.weights)
 
 
 def _uniform(query: str, salt: str) -> float:

@@ -7,6 +7,7 @@ provenance and the turn's hook_state, in one transaction.
 
 from __future__ import annotations
 
+import _thread  # threading's lock without threading's import (the fallback's hot path logs through here)
 import time
 from dataclasses import dataclass, field
 
@@ -16,7 +17,7 @@ from cairn_cli.core.ranking.context import ContextWindow, build_context_window
 from cairn_cli.core.ranking.engine import RankEngine
 from cairn_cli.core.ranking.injection import format_block
 from cairn_cli.core.ranking.lexical import GLOBAL_SCOPE
-from cairn_cli.core.ranking.pipeline import Selection, select
+from cairn_cli.core.ranking.pipeline import Selection, rerank, shortlist
 from cairn_cli.core.ranking.profiles import composite_floor
 from cairn_cli.core.ranking.profiles import profile as get_profile
 from cairn_cli.core.store import deliveries
@@ -130,33 +131,35 @@ def rank(request: RankRequest, settings: Settings, engine: RankEngine) -> RankRe
             )
         notes.append(f"scope {scope!r} has no memories yet: global memories only")
         scope = GLOBAL_SCOPE
-    sims = None
+    query_vec = None
     if engine.encoder is not None and len(entry.table):
-        sims = entry.table.similarities(engine.embed([context.text])[0])
+        query_vec = engine.embed([context.text])[0]
         clock.lap("embed")
     profile = get_profile(settings)
     floor, _ = composite_floor(settings, profile.name, engine.embed_model)
-    selection = select(
-        entry.table,
-        context.text,
-        sims,
-        scope=scope,
-        k=k,
-        settings=settings,
-        reranker=engine.reranker,
-        ranker=engine.ranker,
-        prompt=context.prompt,
-        profile=profile,
-        floor=floor,
-        explore=settings.EXPLORE_RATE if request.hook is not None else 0.0,  # hook prompts only: they get graded
-    )
+    with engine.reading(entry):  # the table as it is: no refresh applies rows while the composite reads it
+        short = shortlist(
+            entry.table,
+            context.text,
+            None if query_vec is None else entry.table.similarities(query_vec),
+            scope=scope,
+            k=k,
+            settings=settings,
+            reranker=engine.reranker,
+            ranker=engine.ranker,
+            prompt=context.prompt,
+            profile=profile,
+            floor=floor,
+            explore=settings.EXPLORE_RATE if request.hook is not None else 0.0,  # hook prompts only: they get graded
+        )
+        prefiltered, in_scope = entry.prefiltered(scope), entry.in_scope_count(scope)
+    selection = rerank(short)  # the cross-encoder's stage, the table no longer held
     clock.lap("score")
     if selection.reranked:  # the composite's scoring and the rerank stage apart: the plan's budget bounds the latter
         clock.split("score", "rerank", selection.rerank_ms)
     notes.extend(selection.notes)
-    dropped = {"prefilter": entry.prefiltered(scope), **selection.dropped}
-    in_scope = entry.in_scope_count(scope)
-    result = _compose(request, settings, context, selection, dropped, in_scope + dropped["prefilter"], engine, notes)
+    dropped = {"prefilter": prefiltered, **selection.dropped}
+    result = _compose(request, settings, context, selection, dropped, in_scope + prefiltered, engine, notes)
     if request.commit_deadline is not None and time.time() > request.commit_deadline:
         raise DeadlineExceeded(
             "the caller stopped waiting before the deliveries were logged", "raise CAIRN_DAEMON_TIMEOUT_MS"
@@ -284,9 +287,27 @@ def _compose(
     )
 
 
+_LOGGING = _thread.allocate_lock()  # one turn logged at a time in a process (the daemon ranks many at once)
+
+
 def log_turn(request: RankRequest, result: RankResult, scope: str, settings: Settings) -> None:
     """The one place a ranking is written: a delivery per shown memory with its provenance, and the turn's
-    hook_state (prompt, scope, rules version, arm: what Stop and engagement need later), in one transaction."""
+    hook_state (prompt, scope, rules version, arm: what Stop and engagement need later), in one transaction.
+
+    One turn at a time in a process: SQLite has one writer, and a transaction that reads before it writes (the
+    hook_state upsert) fails at once, instead of waiting, when another connection committed in between. Nothing is
+    committed past `request.commit_deadline` (the caller has given up on us and logs the turn itself): the wait
+    for the turn is bounded by it and it is checked again, the rows written, before the commit."""
+    deadline = request.commit_deadline
+    if not _LOGGING.acquire(timeout=-1 if deadline is None else max(0.0, deadline - time.time())):
+        raise DeadlineExceeded("the caller stopped waiting while another turn was being logged")
+    try:
+        _write_turn(request, result, scope, settings)
+    finally:
+        _LOGGING.release()
+
+
+def _write_turn(request: RankRequest, result: RankResult, scope: str, settings: Settings) -> None:
     from cairn_cli.core.store import hookstate
 
     with db.transaction("ephemeral"):
@@ -330,3 +351,5 @@ def log_turn(request: RankRequest, result: RankResult, scope: str, settings: Set
                 else next((n for n in result.notes if n.startswith("abstained")), "abstained: no memory in scope"),
             },
         )
+        if request.commit_deadline is not None and time.time() > request.commit_deadline:
+            raise DeadlineExceeded("the caller stopped waiting before the turn was committed")  # rolled back
