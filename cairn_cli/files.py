@@ -200,3 +200,18 @@ def exclusive_lock(path: str | os.PathLike[str], *, make_dirs: bool = True) -> I
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` runs (one of another user's counts; a zombie child of ours does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ", 1)[1][:1] != "Z"
+    except (OSError, IndexError):
+        return True

@@ -180,6 +180,15 @@ def turn_payload(projs: list[Project], k: int, t: int, turns: int) -> tuple[Proj
     return project, f"{q} (session {k}, turn {t})", answer
 
 
+TAG = re.compile(r"\(session \d+, turn \d+\)$")
+
+
+def _tag(prompt: str) -> str:
+    """The "(session k, turn t)" a bench prompt ends with (turn_payload)."""
+    found = TAG.search(prompt)
+    return found.group(0) if found else prompt
+
+
 def response(project: Project, k: int, t: int, prompt: str, answer: str, shown: list[int]) -> tuple[str, list, list]:
     """(the agent's whole answer, its text blocks, the contents of the memories it writes): the gold answer, then
     the [cm] block grading every memory shown (grades cycle 3, 2, 1, 0) and writing two new memories."""
@@ -255,7 +264,7 @@ def wait_for_daemon(env: dict, projs: list[Project], student: bool, timeout_s: f
 
 def fresh_home(root: Path, name: str, template: Path, server, env_extra: dict) -> tuple[Path, dict]:
     """A new CAIRN_HOME holding a copy of the template's memory store (SQLite: the file; PostgreSQL: `cairn db
-    copy` into a new database, and a new empty one for the delivery log)."""
+    copy` into a new database, and a new one made by `cairn db init` for the delivery log)."""
     home = root / name
     home.mkdir(mode=0o700, parents=True)
     extra = dict(env_extra)
@@ -272,6 +281,7 @@ def fresh_home(root: Path, name: str, template: Path, server, env_extra: dict) -
         env = base_env(home, extra)
         source = f"sqlite:///{template / 'memory.db'}"
         cairn(env, "db", "copy", "--from", source, "--to", extra["CAIRN_DB_URL"], "--store", "memory")
+        cairn(env, "db", "init", extra["CAIRN_EPHEMERAL_DB_URL"], "--store", "ephemeral")  # made on purpose
     return home, base_env(home, extra)
 
 
@@ -383,8 +393,9 @@ def read_back(env: dict, records: list[dict]) -> dict:
     try:
         open_stores(Settings())
         sessions = sorted({r["session"] for r in records})
+        # a turn is found by its prompt's "(session k, turn t)" tag: hook state keeps a long prompt's tail alone
         turns = {
-            (h.session_id, (h.data or {}).get("prompt")): h
+            (h.session_id, _tag((h.data or {}).get("prompt") or "")): h
             for h in HookState.select().where(HookState.session_id.in_(sessions))
         }
         contents = [c for r in records for c in r["memories"]]
@@ -401,7 +412,7 @@ def read_back(env: dict, records: list[dict]) -> dict:
         counts = {"ok": 0, "partial": 0, "lost": 0, "prompt_not_logged": 0, "marked_applied": 0}
         mem_stored = grades_stored = 0
         for r in records:
-            row = turns.get((r["session"], r["prompt"]))
+            row = turns.get((r["session"], _tag(r["prompt"])))
             counts["prompt_not_logged"] += row is None
             mems = sum(c in stored for c in r["memories"])
             grades = 0 if row is None else sum((r["session"], row.turn, m) in graded for m in r["shown"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,15 @@ from typer.testing import CliRunner
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
 EXAMPLES = ROOT / "cairn_cli" / "data" / "example_memories.jsonl"
+# Prompts the example memories answer, and the id of each memory a prompt hook printed
+QUESTIONS = [
+    "how should prices be stored for the checkout?",
+    "the integration tests fail with connection refused",
+    "where do deploys run from?",
+    "which python version does the project use?",
+    "how do I run the linter?",
+]
+SHOWN = re.compile(r'<memory id="(\d+)"')
 
 
 def pytest_collection_modifyitems(items):

@@ -12,24 +12,15 @@ grade must be in the store. Counts only, never timings.
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 
 import pytest
 
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, QUESTIONS, SHOWN
 
 CAIRN = [sys.executable, "-m", "cairn_cli"]
 SESSIONS = 8
-SHOWN = re.compile(r'<memory id="(\d+)"')
-QUESTIONS = [
-    "how should prices be stored for the checkout?",
-    "the integration tests fail with connection refused",
-    "where do deploys run from?",
-    "which python version does the project use?",
-    "how do I run the linter?",
-]
 
 
 def new_memories(k: int) -> list[dict]:

@@ -181,6 +181,22 @@ def stop_serving(proc: subprocess.Popen) -> None:
             proc.wait(timeout=60)
 
 
+def prompt_processes(home, n: int, **extra) -> list[subprocess.Popen]:
+    """n `cairn hook prompt` processes started at once, as n sessions' hooks would be, waiting for their stdin."""
+    return [
+        subprocess.Popen(
+            [*CAIRN, "hook", "prompt"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(home, **extra),
+            cwd=ROOT,
+        )
+        for _ in range(n)
+    ]
+
+
 def hook_payload(prompt: str, session: str = "hooked") -> str:
     return json.dumps(
         {"session_id": session, "cwd": "/src/webshop", "hook_event_name": "UserPromptSubmit", "prompt": prompt}

@@ -24,6 +24,7 @@ from tests.test_daemon import (
     hook_lines,
     hook_payload,
     make_home,
+    prompt_processes,
     rank_json,
     run,
     serve,
@@ -49,18 +50,7 @@ def home(tmp_path):
 
 def _prompts_at_once(home, n: int, **extra) -> None:
     """`cairn hook prompt` n times concurrently, as n sessions' hooks would."""
-    procs = [
-        subprocess.Popen(
-            [*CAIRN, "hook", "prompt"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=_env(home, **extra),
-            cwd=ROOT,
-        )
-        for _ in range(n)
-    ]
+    procs = prompt_processes(home, n, **extra)
     for i, proc in enumerate(procs):
         proc.communicate(hook_payload(f"how do I deploy to production? ({i})", session=f"s{i}"), timeout=120)
         assert proc.returncode == 0

@@ -480,17 +480,14 @@ def test_many_prompts_at_once_are_all_ranked_by_the_daemon_and_each_turn_logged_
     (ranker cairn, not the fallback), and each turn is logged exactly once."""
     import json
     import sqlite3
-    import subprocess
 
     from tests.test_daemon import (
-        CAIRN,
-        ROOT,
         Gates,
-        _env,
         deliveries,
         hook_lines,
         hook_payload,
         make_home,
+        prompt_processes,
         run,
         start,
         wait_for,
@@ -502,18 +499,7 @@ def test_many_prompts_at_once_are_all_ranked_by_the_daemon_and_each_turn_logged_
     start(home, **gates.env)
     try:
         gates.close("rank")
-        procs = [
-            subprocess.Popen(
-                [*CAIRN, "hook", "prompt"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                env=_env(home),
-                cwd=ROOT,
-            )
-            for _ in range(n)
-        ]
+        procs = prompt_processes(home, n)
         for i, proc in enumerate(procs):
             proc.stdin.write(hook_payload(f"how do I deploy to production? ({i})", session=f"s{i}"))
             proc.stdin.close()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -12,18 +11,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, QUESTIONS, SHOWN
 
 CAIRN = [sys.executable, "-m", "cairn_cli"]
 SESSIONS, PROMPTS = 8, 25
-QUESTIONS = [
-    "how should prices be stored for the checkout?",
-    "the integration tests fail with connection refused",
-    "where do deploys run from?",
-    "which python version does the project use?",
-    "how do I run the linter?",
-]
-SHOWN = re.compile(r'<memory id="(\d+)"')
 
 
 def team_env(pg_server, prefix: str, **extra: str) -> dict:

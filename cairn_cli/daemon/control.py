@@ -13,6 +13,7 @@ import orjson
 from cairn_cli.daemon import client, lock
 from cairn_cli.daemon.dispatch import spawn
 from cairn_cli.errors import ConfigError
+from cairn_cli.files import pid_alive
 
 
 @dataclass
@@ -21,20 +22,6 @@ class Status:
     pid: int | None = None
     detail: str = ""
     health: dict = field(default_factory=dict)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie child of ours is not alive
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(") ", 1)[1][:1] != "Z"
-    except (OSError, IndexError):
-        return True
 
 
 def read_status_file(home: Path) -> dict:
@@ -58,7 +45,7 @@ def status(home: Path, timeout_ms: int = 1500) -> Status:
         return Status("loading", health.get("pid"), "loading models", health)
     except client.Unavailable as exc:
         reason = str(exc)
-    if pid and _alive(pid):
+    if pid and pid_alive(pid):
         if "did not answer" in reason:
             return Status("hung", pid, reason)
         return Status("hung", pid, f"process alive but {reason}")
@@ -117,9 +104,9 @@ def stop(home: Path, wait_s: float = 10.0, force: bool = False) -> Status:
         except ProcessLookupError:
             pass
         deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline and _alive(pid):
+        while time.monotonic() < deadline and pid_alive(pid):
             time.sleep(0.1)
-        if _alive(pid):
+        if pid_alive(pid):
             if not force:
                 return Status("hung", pid, "did not stop on SIGTERM; run `cairn daemon stop --force`")
             os.kill(pid, signal.SIGKILL)

@@ -15,6 +15,8 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from cairn_cli.files import pid_alive
+
 SPOOL_DIR = "spool"
 _PREFIX, _SUFFIX, _CLAIM = "stop-", ".json", ".applying-"
 
@@ -52,16 +54,6 @@ class Waiting:
         return os.path.basename(self.path)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def waiting(home: str) -> list[Waiting]:
     """The spooled Stops not yet applied, oldest first (a claim whose process died counts as waiting)."""
     folder = spool_dir(home)
@@ -79,7 +71,7 @@ def waiting(home: str) -> list[Waiting]:
             pid = int(claim) if claim else None
         except ValueError:
             continue
-        out.append(Waiting(os.path.join(folder, name), stamp, pid if pid and _pid_alive(pid) else None))
+        out.append(Waiting(os.path.join(folder, name), stamp, pid if pid and pid_alive(pid) else None))
     return sorted(out, key=lambda w: (w.spooled_at, w.name))
 
 

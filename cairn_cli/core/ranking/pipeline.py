@@ -46,44 +46,15 @@ class Selection:
     rerank_ms: float = 0.0  # the rerank stage's wall time (cross-encoder, floor, blend): what the plan's budget bounds
 
 
-def select(
-    table: ScoreTable,
-    query: str,
-    similarities,
-    *,
-    scope: str | None,
-    k: int,
-    settings: Settings,
-    reranker: Reranker | None,
-    ranker: str,
-    prompt: str | None = None,
-    profile: Profile | None = None,
-    floor: float = 0.0,
-    explore: float = 0.0,
-) -> Selection:
+def select(table: ScoreTable, query: str, similarities, **options) -> Selection:
     """The best `k` memories of `table` in `scope` for `query` (`similarities`: the query's cosine per slot, or
     None without an embedding model; `prompt`: the part of the query a pair never loses to its token bound).
 
     A reranker with a plan (core/ranking/plan.py) rescores as many candidates as the plan's budget allows, in its
     precision and max length, and every delivery records that plan; a plan that found no room skips the stage,
     and so does a reranker that cannot score in time (RerankSkipped: the daemon's queue under load).
-    `shortlist` then `rerank`: the table is read by the first alone."""
-    return rerank(
-        shortlist(
-            table,
-            query,
-            similarities,
-            scope=scope,
-            k=k,
-            settings=settings,
-            reranker=reranker,
-            ranker=ranker,
-            prompt=prompt,
-            profile=profile,
-            floor=floor,
-            explore=explore,
-        )
-    )
+    `shortlist` (whose keywords `options` are) then `rerank`: the table is read by the first alone."""
+    return rerank(shortlist(table, query, similarities, **options))
 
 
 @dataclass
