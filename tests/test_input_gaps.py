@@ -249,6 +249,19 @@ def test_a_hook_given_a_mistyped_url_logs_the_clear_error_and_exits_0(store, cai
     assert "unexpected" not in last and not typo.exists()
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("event", ["prompt", "stop"])
+def test_a_hook_given_a_mistyped_db_url_option_refuses_it_too(store, cairn_home, tmp_path, event):
+    """`cairn --db-url X hook ...` (a hook command line written by hand) is held to the same rule as the variable."""
+    typo = tmp_path / "memroy.db"
+    raw = json.dumps({"session_id": "t2", "cwd": "/src/webshop", "prompt": "deploy", "last_assistant_message": "ok"})
+    argv = [sys.executable, "-m", "cairn_cli", "--db-url", f"sqlite:///{typo}", "hook", event]
+    proc = subprocess.run(argv, input=raw, capture_output=True, text=True, env=_env(cairn_home), cwd=ROOT)
+    assert proc.returncode == 0 and "<memory" not in proc.stdout
+    last = (cairn_home / "logs" / "hook.log").read_text().strip().splitlines()[-1]
+    assert f"{event} error" in last and f"no memory store at {typo}" in last and not typo.exists()
+
+
 # -- bounded input -------------------------------------------------------------------------------------------------
 
 

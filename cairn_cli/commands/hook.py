@@ -71,6 +71,7 @@ def prompt() -> None:
     """
     from cairn_cli.hook_entry import run_prompt
 
+    _globals_to_environ()
     raise typer.Exit(run_prompt())
 
 
@@ -82,4 +83,14 @@ def stop() -> None:
     """
     from cairn_cli.hook_entry import run_stop
 
+    _globals_to_environ()
     raise typer.Exit(run_stop())
+
+
+def _globals_to_environ() -> None:
+    """`cairn --db-url X hook ...`: the hooks' lean entry reads the stores' URLs from the environment alone."""
+    import os
+
+    from cairn_cli.commands._common import globals_overrides
+
+    os.environ.update({f"CAIRN_{name}": value for name, value in globals_overrides().items()})
