@@ -367,9 +367,9 @@ def test_status_start_stop_tell_the_truth(home):
     assert (rc, st["state"], st["pid"]) == (0, "running", info["pid"])
     out = run(home, "daemon", "stop")
     assert out.returncode == 0 and "stopped" in out.stdout
-    from cairn_cli.daemon.control import _alive
+    from cairn_cli.files import pid_alive
 
-    assert not _alive(info["pid"])
+    assert not pid_alive(info["pid"])
 
 
 @pytest.mark.slow
