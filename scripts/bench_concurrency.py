@@ -57,7 +57,7 @@ import loopdata
 
 from cairn_cli.core import metrics
 from cairn_cli.daemon import client
-from scripts.bench_hot_path import CAIRN, PROMPTS, ROOT, precompile
+from scripts.bench_hot_path import CAIRN, PROMPTS, ROOT, precompile, stores_of
 
 BACKENDS = ("sqlite", "postgresql")
 MODES = ("daemon", "daemon-student", "down")
@@ -381,16 +381,11 @@ def apply_spool(home: Path, env: dict) -> dict:
 
 def read_back(env: dict, records: list[dict]) -> dict:
     """What the store holds of what each Stop sent, and what hook.log says."""
-    from cairn_cli import db
     from cairn_cli.config import Settings
     from cairn_cli.core.store import open_stores
     from cairn_cli.db.tables import HookState, Memory, MemoryDelivery
 
-    keys = ("CAIRN_HOME", "CAIRN_DB_URL", "CAIRN_EPHEMERAL_DB_URL", "CAIRN_EMBED_MODEL")
-    saved = {k: os.environ.pop(k, None) for k in keys}
-    os.environ.update({k: env[k] for k in keys if env.get(k)})
-    db.close_all()
-    try:
+    with stores_of(env, ("CAIRN_HOME", "CAIRN_DB_URL", "CAIRN_EPHEMERAL_DB_URL", "CAIRN_EMBED_MODEL")):
         open_stores(Settings())
         sessions = sorted({r["session"] for r in records})
         # a turn is found by its prompt's "(session k, turn t)" tag: hook state keeps a long prompt's tail alone
@@ -422,12 +417,6 @@ def read_back(env: dict, records: list[dict]) -> dict:
             mem_stored, grades_stored = mem_stored + mems, grades_stored + grades
             got, sent = mems + grades, len(r["memories"]) + len(r["shown"])
             counts["ok" if got == sent else "lost" if got == 0 else "partial"] += 1
-    finally:
-        db.close_all()
-        for k, v in saved.items():
-            os.environ.pop(k, None)
-            if v is not None:
-                os.environ[k] = v
     log_path = Path(env["CAIRN_HOME"]) / "logs" / "hook.log"
     text = log_path.read_text() if log_path.exists() else ""
     rankers: dict[str, int] = {}

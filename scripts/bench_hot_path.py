@@ -15,6 +15,7 @@ window is the real prompt plus a real Claude Code transcript's last turns (when 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -170,6 +171,24 @@ def env_for(home: Path, **extra: str) -> dict:
     # prompt pays the full path (abstaining is cheaper)
     env.update({"CAIRN_HOME": str(home), "CAIRN_DAEMON_TIMEOUT_MS": "60000", "CAIRN_COMPOSITE_FLOOR": "off", **extra})
     return env
+
+
+@contextlib.contextmanager
+def stores_of(env: dict, keys=("CAIRN_HOME", "CAIRN_DB_URL", "CAIRN_EPHEMERAL_DB_URL")):
+    """This process reads the stores a benchmark's hooks wrote: `keys` taken from `env` (those it lacks unset), the
+    connections closed before and after, the environment put back."""
+    from cairn_cli import db
+
+    saved = {k: os.environ.pop(k, None) for k in keys}
+    os.environ.update({k: env[k] for k in keys if env.get(k)})
+    db.close_all()
+    try:
+        yield
+    finally:
+        db.close_all()
+        for k in keys:
+            os.environ.pop(k, None)
+        os.environ.update({k: v for k, v in saved.items() if v is not None})
 
 
 def precompile() -> None:

@@ -40,6 +40,7 @@ from scripts.bench_hot_path import (
     fresh,
     make_store,
     rank_cmd,
+    stores_of,
 )
 from tests.pgserver import PgServer
 
@@ -150,26 +151,16 @@ def build(home: Path, n: int, urls: dict | None) -> float:
 def store_counts(env: dict) -> dict:
     """What the hooks wrote, read back: memories, deliveries, graded deliveries, hook errors logged."""
     from cairn_cli import config
-    from cairn_cli.db import close_all, open_db
+    from cairn_cli.db import open_db
     from cairn_cli.db.tables import Memory, MemoryDelivery
 
-    saved = {k: os.environ.get(k) for k in ("CAIRN_HOME", "CAIRN_DB_URL", "CAIRN_EPHEMERAL_DB_URL")}
-    for k in saved:
-        os.environ.pop(k, None)
-        if env.get(k):
-            os.environ[k] = env[k]
-    close_all()
-    open_db(config.memory_db_url(), config.ephemeral_db_url())
-    out = {
-        "memories": Memory.select().count(),
-        "deliveries": MemoryDelivery.select().count(),
-        "graded": MemoryDelivery.select().where(MemoryDelivery.grade.is_null(False)).count(),
-    }
-    close_all()
-    for k, v in saved.items():
-        os.environ.pop(k, None)
-        if v is not None:
-            os.environ[k] = v
+    with stores_of(env):
+        open_db(config.memory_db_url(), config.ephemeral_db_url())
+        out = {
+            "memories": Memory.select().count(),
+            "deliveries": MemoryDelivery.select().count(),
+            "graded": MemoryDelivery.select().where(MemoryDelivery.grade.is_null(False)).count(),
+        }
     log = Path(env["CAIRN_HOME"]) / "logs" / "hook.log"
     text = log.read_text() if log.exists() else ""
     out["hook_errors"] = text.count(" error:")
