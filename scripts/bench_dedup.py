@@ -282,7 +282,8 @@ def replay(all_obs: list[list[Obs]], vecs: list[np.ndarray], labels: dict, thres
         os.environ["CAIRN_HOME"] = tmp
         from cairn_cli.config import Settings
         from cairn_cli.core.store import open_stores
-        from cairn_cli.core.store.memories import MemoryInput, add_memories
+        from cairn_cli.core.store.dedup import add_memories
+        from cairn_cli.core.store.memories import MemoryInput
         from cairn_cli.db import close_all
         from cairn_cli.db.tables import Memory, MemoryMerge
 

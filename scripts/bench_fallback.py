@@ -145,7 +145,7 @@ def make_store(home: Path, entries: list[dict]) -> float:
     full-text index's sync (what a migrated store's first open does); returns the seconds the indexing took."""
     os.environ["CAIRN_HOME"] = str(home)
     from cairn_cli import config
-    from cairn_cli.core.store import fulltext
+    from cairn_cli.core.store import search_index
     from cairn_cli.core.text import normalise, sha256
     from cairn_cli.db import close_all, open_db
     from cairn_cli.db.tables import Memory, memory_proxy
@@ -172,7 +172,7 @@ def make_store(home: Path, entries: list[dict]) -> float:
         for start in range(0, len(rows), 2000):
             Memory.insert_many(rows[start : start + 2000]).execute()
     t0 = time.perf_counter()
-    fulltext.sync()
+    search_index.sync()
     took = time.perf_counter() - t0
     close_all()
     return took
@@ -443,7 +443,7 @@ def write(results: dict, out: Path, args, sizes: list[int]) -> None:
         "Goal (issue 13 §2): ≤ 4× bare python at 10k, ≤ 1.5× growth from 10k to 100k.",
         "",
         "Where the indexed fallback's time goes inside the process (one run's `timings_ms`), and how long indexing "
-        "the store took (`fulltext.sync`, what the migration's first open does):",
+        "the store took (`search_index.sync`, what the migration's first open does):",
         "",
         "| memories | stages ms | indexing s |",
         "|---:|---|---:|",

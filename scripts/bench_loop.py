@@ -55,7 +55,7 @@ def build_store(home: Path, convs: list[loopdata.Conversation]) -> dict[int, tup
     """Import every conversation's observations into `home`'s store (embedded in process); memory id ->
     (conversation, the turn ids it stands for)."""
     from cairn_cli.config import Settings
-    from cairn_cli.core.store import memories, open_stores
+    from cairn_cli.core.store import dedup, memories, open_stores
 
     use_home(home)
     settings = Settings()
@@ -63,7 +63,7 @@ def build_store(home: Path, convs: list[loopdata.Conversation]) -> dict[int, tup
     out: dict[int, tuple[str, set[str]]] = {}
     for conv in convs:
         entries = [memories.validate_entry(line) for line in loopdata.memory_lines(conv)]
-        results = memories.add_memories(entries, settings)
+        results = dedup.add_memories(entries, settings)
         for (_, ids), r in zip(conv.observations, results):
             out.setdefault(r.id, (conv.sample_id, set()))[1].update(ids)
     return out

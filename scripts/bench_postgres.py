@@ -137,11 +137,11 @@ def build(home: Path, n: int, urls: dict | None) -> float:
     t0 = time.perf_counter()
     make_store(home, n)
     from cairn_cli import config
-    from cairn_cli.core.store import fulltext
+    from cairn_cli.core.store import search_index
     from cairn_cli.db import close_all, open_db
 
     open_db(config.memory_db_url(), config.ephemeral_db_url())
-    fulltext.sync()
+    search_index.sync()
     close_all()
     for key in ("CAIRN_DB_URL", "CAIRN_EPHEMERAL_DB_URL"):
         os.environ.pop(key, None)

@@ -9,9 +9,11 @@ import pytest
 from cairn_cli.config import Settings
 from cairn_cli.core.experiment import ab, rules
 from cairn_cli.core.store import deliveries, state
-from cairn_cli.core.store.memories import MemoryInput, add_memories
+from cairn_cli.core.store.dedup import add_memories
 
 # storage-facing: every test here runs on SQLite and on PostgreSQL (tests/conftest.py `backend`)
+from cairn_cli.core.store.memories import MemoryInput
+
 pytestmark = pytest.mark.usefixtures("backend")
 
 

@@ -383,7 +383,7 @@ def test_the_daemon_ranks_a_prompt_while_another_is_held_inside(cli, cairn_home,
 def test_memories_a_refresh_embeds_are_the_stores_work_not_bound_by_the_prompts_deadline(cli, cairn_home, monkeypatch):
     """A prompt past its deadline is abandoned, but the memories its refresh embedded (written while no embedder
     answered) are embedded and stored all the same: the next prompt does not start that work over."""
-    from cairn_cli.core.store import memories
+    from cairn_cli.core.store import dedup, memories
     from cairn_cli.daemon import client
     from cairn_cli.daemon.server import Daemon
     from cairn_cli.db.tables import Memory
@@ -393,7 +393,7 @@ def test_memories_a_refresh_embeds_are_the_stores_work_not_bound_by_the_prompts_
     daemon = Daemon(cairn_home, Settings(), lambda msg: None)
     daemon.load()
     entry = memories.validate_entry({"content": "Gift cards are redeemed with shop giftcard redeem CODE"})
-    added = memories.add_memories([entry], Settings(), embed=lambda texts: None)  # a Stop hook, no daemon answering
+    added = dedup.add_memories([entry], Settings(), embed=lambda texts: None)  # a Stop hook, no daemon answering
     assert Memory.get_by_id(added[0].id).embedding is None
     fields = {"prompt": "how do I redeem a gift card?", "session_id": "late"}
     with pytest.raises(DeadlineExceeded, match="no turn at the embedder"):

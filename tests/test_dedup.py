@@ -13,10 +13,13 @@ import pytest
 from cairn_cli import hook_entry
 from cairn_cli.config import Settings
 from cairn_cli.core import stats
-from cairn_cli.core.store import memories
-from cairn_cli.core.store.memories import MemoryInput, add_memories, import_jsonl
+from cairn_cli.core.store import memories, merges
+from cairn_cli.core.store.dedup import add_memories
 
 # storage-facing: every test here runs on SQLite and on PostgreSQL (tests/conftest.py `backend`)
+from cairn_cli.core.store.importing import import_jsonl
+from cairn_cli.core.store.memories import MemoryInput
+
 pytestmark = pytest.mark.usefixtures("backend")
 
 DIM = 8
@@ -61,7 +64,7 @@ def test_a_near_duplicate_merges_and_nothing_is_lost():
     assert kept.content == BASE  # the stored text is untouched ...
     assert kept.keywords == ["postgres", "make", "db-up"]  # ... keywords unioned ...
     assert (kept.corroborations, kept.confidence) == (1, pytest.approx(0.8))  # ... and counted as a corroboration
-    [merge] = memories.merges_of(first.id, s)  # ... and the merged text is in the audit trail
+    [merge] = merges.merges_of(first.id, s)  # ... and the merged text is in the audit trail
     assert (merge.content, merge.keywords, merge.kind, merge.source_ref, merge.session_id) == (
         NEAR,
         ["make", "db-up"],
@@ -85,7 +88,7 @@ def test_the_exact_duplicate_path_is_unchanged():
     ]
     kept = memories.get_memory(first.id, s)
     assert kept.keywords == ["postgres", "make"] and kept.corroborations == 0  # a repeat is not a corroboration
-    assert [m.method for m in memories.merges_of(first.id, s)] == ["exact", "normalised"]
+    assert [m.method for m in merges.merges_of(first.id, s)] == ["exact", "normalised"]
     assert enc.calls == [[BASE + "\nkeywords: postgres"]]  # an exact duplicate is never embedded
 
 
@@ -199,7 +202,7 @@ def test_a_stop_merges_a_near_copy_of_an_existing_memory(cli, cairn_home):
     stop("done again [cm]" + json.dumps({"m": [near]}) + "[/cm]")
     [kept] = memories.list_memories(s)
     assert kept.keywords == ["tests", "make"] and kept.corroborations == 1
-    assert [m.method for m in memories.merges_of(kept.id, s)] == ["semantic"]
+    assert [m.method for m in merges.merges_of(kept.id, s)] == ["semantic"]
     log = (cairn_home / "logs" / "hook.log").read_text()
     assert "1 memories written" in log
     [row] = stats.dedup_stats(s)

@@ -29,7 +29,7 @@ from cairn_cli.core.prefilter import is_self_referential_meta
 from cairn_cli.core.ranking.engine import RankEngine
 from cairn_cli.core.ranking.lexical import Candidate, lexical_field
 from cairn_cli.core.ranking.rank import RankRequest, rank
-from cairn_cli.core.store import fulltext, memories, open_stores
+from cairn_cli.core.store import dedup, evidence, importing, memories, open_stores, search_index
 from cairn_cli.core.text import normalise, sha256, terms
 from cairn_cli.daemon import lock
 from cairn_cli.db import migrations
@@ -51,7 +51,7 @@ def assert_in_step() -> None:
     live = _sql(
         "SELECT id, content, keywords, kind, scope, session_id FROM memories WHERE superseded_by IS NULL ORDER BY id"
     )
-    want = {r[0]: r for r in fulltext.rows_of(live)}
+    want = {r[0]: r for r in search_index.rows_of(live)}
     got = {
         r[0]: r for r in _sql("SELECT memory_id, scope, meta, content_len, keyword_len, terms, grp FROM fulltext_docs")
     }
@@ -61,7 +61,7 @@ def assert_in_step() -> None:
         assert got[memory_id][6] == row[6], memory_id
     if isinstance(memory_proxy.obj, peewee.PostgresqlDatabase):
         for memory_id, tsv in _sql("SELECT memory_id, tsv::text FROM fulltext_docs"):
-            assert tsv == _sql("SELECT ?::tsvector::text", (fulltext.tsvector(want[memory_id][5]),))[0][0], memory_id
+            assert tsv == _sql("SELECT ?::tsvector::text", (search_index.tsvector(want[memory_id][5]),))[0][0], memory_id
         return
     postings, df, df_meta, tf_max, dl_min = set(), Counter(), Counter(), Counter(), {}
     scopes: dict[str, list[int]] = {}
@@ -99,8 +99,8 @@ def assert_in_step() -> None:
     assert all(list(r[1:]) == [0] * 6 for r in rows if r[0] not in scopes)
 
 
-def _add(*entries: dict) -> list[memories.AddResult]:
-    return memories.add_memories([memories.validate_entry(e) for e in entries], Settings())
+def _add(*entries: dict) -> list[dedup.AddResult]:
+    return dedup.add_memories([memories.validate_entry(e) for e in entries], Settings())
 
 
 def test_the_index_holds_what_the_rank_engine_scores(cli):
@@ -141,12 +141,12 @@ def test_the_index_stays_in_step_with_add_merge_supersede_import_and_evidence(cl
             )
         )
     )
-    report = memories.import_jsonl(path, Settings(), embed=lambda texts: None)
+    report = importing.import_jsonl(path, Settings(), embed=lambda texts: None)
     assert (report.added, report.merged) == (2, 1)
     assert_in_step()
     before = _sql("SELECT * FROM fulltext_docs ORDER BY memory_id")
-    memories.record_evidence([second.id], Settings(), corroborate=True)
-    assert _sql("SELECT * FROM fulltext_docs ORDER BY memory_id") == before and fulltext.is_behind() is False
+    evidence.record_evidence([second.id], Settings(), corroborate=True)
+    assert _sql("SELECT * FROM fulltext_docs ORDER BY memory_id") == before and search_index.is_behind() is False
     assert cli("memory", "add", "The CI cache is keyed by the lock file", "--keywords", "ci,cache").exit_code == 0
     assert_in_step()
 
@@ -159,13 +159,13 @@ def test_a_semantic_merge_indexes_the_keywords_it_adds():
     def embed(texts):  # the two texts at cosine 0.99: over any dedup threshold
         return "fake", [[1.0, 0.0] if t.startswith(base) else [0.99, 0.141067] for t in texts]
 
-    [first] = memories.add_memories(
+    [first] = dedup.add_memories(
         [memories.validate_entry({"content": base, "scope": "webshop"})], Settings(), embed=embed
     )
     entry = memories.validate_entry({"content": near, "keywords": ["docker-compose"], "scope": "webshop"})
-    [merged] = memories.add_memories([entry], Settings(), embed=embed)
+    [merged] = dedup.add_memories([entry], Settings(), embed=embed)
     assert (merged.action, merged.id, merged.method) == ("merged", first.id, "semantic")
-    assert not fulltext.is_behind()
+    assert not search_index.is_behind()
     assert_in_step()
     (terms_json,) = _sql("SELECT terms FROM fulltext_docs WHERE memory_id = ?", (first.id,))[0]
     counts = orjson.loads(terms_json)
@@ -190,9 +190,9 @@ def test_a_write_cairn_did_not_make_is_queued_and_indexed_before_the_fallback_ra
     ).execute()
     Memory.update(scope="global").where(Memory.id == 5).execute()
     Memory.delete().where(Memory.id == 7).execute()  # cairn never deletes (it supersedes); a hand-made DELETE
-    assert fulltext.is_behind()
+    assert search_index.is_behind()
     result = rank(RankRequest("where do quarantined flaky tests live", log=False), Settings(), _fallback())
-    assert result.items[0].content == text and not fulltext.is_behind()
+    assert result.items[0].content == text and not search_index.is_behind()
     assert_in_step()
     assert _sql("SELECT count(*) FROM fulltext_docs WHERE memory_id = 7") == [(0,)]
 
@@ -203,7 +203,7 @@ def test_an_index_that_cannot_be_brought_up_to_date_is_not_trusted(cli, monkeypa
     assert cli("memory", "import", EXAMPLES).exit_code == 0
     _sql("INSERT INTO fulltext_pending (memory_id) VALUES (1)")
     _sql("DELETE FROM fulltext_docs WHERE memory_id = 1")  # what an unindexed write looks like
-    monkeypatch.setattr(fulltext, "sync_if_behind", lambda: "OperationalError: attempt to write a readonly database")
+    monkeypatch.setattr(search_index, "sync_if_behind", lambda: "OperationalError: attempt to write a readonly database")
     request = RankRequest("integration tests fail with connection refused on port 5433", scope="webshop", log=False)
     result = rank(request, Settings(), _fallback())
     assert result.items[0].id == 1 and "full-text index behind and not writable" in result.notes[1]
@@ -216,7 +216,7 @@ def test_an_interrupted_indexing_keeps_the_batches_it_finished(cli, monkeypatch)
     assert cli("memory", "import", EXAMPLES).exit_code == 0
     _sql("INSERT INTO fulltext_pending (memory_id) SELECT id FROM memories")
     calls = []
-    real_rows_of = fulltext.rows_of
+    real_rows_of = search_index.rows_of
 
     def dies_on_the_third_batch(memories):
         calls.append(len(memories))
@@ -224,12 +224,12 @@ def test_an_interrupted_indexing_keeps_the_batches_it_finished(cli, monkeypatch)
             raise KeyboardInterrupt
         return real_rows_of(memories)
 
-    monkeypatch.setattr(fulltext, "rows_of", dies_on_the_third_batch)
+    monkeypatch.setattr(search_index, "rows_of", dies_on_the_third_batch)
     with pytest.raises(KeyboardInterrupt):
-        fulltext.sync(batch=5)
+        search_index.sync(batch=5)
     assert [r[0] for r in _sql("SELECT memory_id FROM fulltext_pending ORDER BY memory_id")] == list(range(11, 19))
-    monkeypatch.setattr(fulltext, "rows_of", real_rows_of)
-    assert fulltext.sync(batch=5) == 8
+    monkeypatch.setattr(search_index, "rows_of", real_rows_of)
+    assert search_index.sync(batch=5) == 8
     assert_in_step()
 
 
@@ -455,7 +455,7 @@ def _store(entries: list[dict]) -> None:
     with memory_proxy.atomic():
         for start in range(0, len(rows), 1000):
             Memory.insert_many(rows[start : start + 1000]).execute()
-    fulltext.sync()
+    search_index.sync()
 
 
 def _queries(texts: list[str], n: int, seed: int = 5) -> list[str]:
@@ -521,7 +521,7 @@ def test_the_fallback_ranks_as_the_table_whatever_the_weights(overrides, monkeyp
     entries = _generated(400, seed=3)
     _store(entries)
     Memory.update(confidence=0.9, updated_at=dt.datetime(2025, 6, 1)).where(Memory.id % 3 == 0).execute()
-    fulltext.sync()
+    search_index.sync()
     assert _compare(_queries([e["content"] for e in entries], 12, seed=8), [None, "alpha", "global"], Settings())
 
 
@@ -566,7 +566,7 @@ def test_the_fallback_imports_no_numpy_and_the_daemon_down_hook_still_injects(ca
     """Exactly what Claude Code runs with no daemon: `cairn hook prompt` (and `cairn rank`) in a fresh interpreter,
     CAIRN_DAEMON=auto; the memories are injected from the full-text index, logged as the fallback's (deliveries and
     hook_state, through the lean connection), and neither numpy, a model library nor peewee is imported."""
-    assert memories.import_jsonl(EXAMPLES, Settings(), embed=lambda texts: None).added == 18
+    assert importing.import_jsonl(EXAMPLES, Settings(), embed=lambda texts: None).added == 18
     db.close_all()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
     env.update({"CAIRN_HOME": str(cairn_home), "CAIRN_EMBED_MODEL": "hashing", "CAIRN_DAEMON": "auto"})
@@ -638,9 +638,9 @@ def test_postgres_keeps_the_index_in_step_and_ranks_as_the_table(pg_url, tmp_pat
     settings = Settings(DB_URL=pg_url)
     open_stores(settings, create=True)  # an empty database: made on purpose
     assert isinstance(memory_proxy.obj, peewee.PostgresqlDatabase)
-    assert memories.import_jsonl(EXAMPLES, settings, embed=lambda texts: None).added == 18
+    assert importing.import_jsonl(EXAMPLES, settings, embed=lambda texts: None).added == 18
     assert_in_step()
-    merged = memories.add_memories(
+    merged = dedup.add_memories(
         [memories.validate_entry({"content": "Prices are stored as integer cents", "keywords": ["money"]})],
         settings,
         embed=lambda texts: None,

@@ -269,7 +269,7 @@ def test_parse_payload_ignores_unknown_keys():
 def test_a_stop_that_merges_one_memory_and_adds_another_embeds_the_new_one_with_its_own_vector(store, capsys):
     import numpy as np
 
-    from cairn_cli.core.store.memories import embedding_text
+    from cairn_cli.core.store.embeddings import embedding_text
     from cairn_cli.db.tables import Memory
     from cairn_cli.ml.models import HashingEncoder
 

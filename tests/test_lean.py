@@ -13,7 +13,7 @@ import pytest
 
 from cairn_cli import db
 from cairn_cli.config import Settings, ephemeral_db_url, memory_db_url
-from cairn_cli.core.store import memories, open_stores
+from cairn_cli.core.store import importing, open_stores
 from cairn_cli.daemon import dispatch
 from cairn_cli.db import migrations, schema
 from cairn_cli.db.lean import LeanSqlite
@@ -89,7 +89,7 @@ def test_the_lean_fallback_logs_what_the_peewee_fallback_logs(cairn_home, monkey
     rows written lean read back through the models."""
     from cairn_cli.db.tables import HookState, MemoryDelivery
 
-    assert memories.import_jsonl(EXAMPLES, Settings(), embed=lambda texts: None).added == 18
+    assert importing.import_jsonl(EXAMPLES, Settings(), embed=lambda texts: None).added == 18
     hook = {"transcript_path": None, "is_subagent": False, "agent_id": None}
     prompts = ("the integration tests fail with connection refused on port 5433", "how are prices stored?")
     opened = []

@@ -15,7 +15,7 @@ import pytest
 from cairn_cli import hook_entry
 from cairn_cli.config import Settings
 from cairn_cli.core.learning import training
-from cairn_cli.core.store import deliveries, memories, state
+from cairn_cli.core.store import dedup, deliveries, memories, state
 
 # project -> [(memory, the prompt it answers)]
 PROJECTS = {
@@ -105,7 +105,7 @@ def test_sessions_through_the_hooks_train_a_student_and_the_gate_decides_on_the_
         lines = [{"content": m, "scope": project} for m, _ in facts] + [
             {"content": f, "scope": project} for f in FILLER
         ]
-        report = memories.add_memories([memories.validate_entry(x) for x in lines], s)
+        report = dedup.add_memories([memories.validate_entry(x) for x in lines], s)
         answers[project] = [(prompt, r.id) for (_, prompt), r in zip(facts, report)]
     graded = 0
     for round_ in range(2):  # two sessions per project: the second asks the same things in its own words

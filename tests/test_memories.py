@@ -4,7 +4,7 @@ import orjson
 import pytest
 
 from cairn_cli.config import Settings
-from cairn_cli.core.store import memories
+from cairn_cli.core.store import dedup, evidence, importing, memories, merges
 from cairn_cli.errors import InvalidInput, NotFound
 
 # storage-facing: every test here runs on SQLite and on PostgreSQL (tests/conftest.py `backend`)
@@ -12,7 +12,7 @@ pytestmark = pytest.mark.usefixtures("backend")
 
 
 def _add(content, **kw):
-    return memories.add_memories([memories.validate_entry({"content": content, **kw})], Settings())[0]
+    return dedup.add_memories([memories.validate_entry({"content": content, **kw})], Settings())[0]
 
 
 def test_same_content_merges_and_unions_keywords():
@@ -46,7 +46,7 @@ def test_source_ref_precedence_entry_over_call_over_null(tmp_path):
             ]
         )
     )
-    memories.import_jsonl(path, Settings(), source_ref="gen-call")
+    importing.import_jsonl(path, Settings(), source_ref="gen-call")
     refs = {m.content: m.source_ref for m in memories.list_memories(Settings())}
     assert refs == {"own ref": "gen-entry", "no ref of its own": "gen-call"}
     assert _add("no ref anywhere").id and memories.list_memories(Settings())[-1].source_ref is None
@@ -56,16 +56,16 @@ def test_confidence_rule():
     s = Settings()
     m = _add("a fact")
     assert memories.get_memory(m.id, s).confidence == pytest.approx(0.75)
-    up = memories.record_evidence([m.id], s, corroborate=True)[0]
+    up = evidence.record_evidence([m.id], s, corroborate=True)[0]
     assert up.confidence == pytest.approx(4 / 5, abs=1e-4) and up.corroborations == 1
-    down = memories.record_evidence([m.id, m.id], s, corroborate=False)[-1]
+    down = evidence.record_evidence([m.id, m.id], s, corroborate=False)[-1]
     assert down.confidence == pytest.approx(4 / 7, abs=1e-4) and down.contradictions == 2
 
 
 def test_evidence_on_unknown_id_changes_nothing():
     m = _add("a fact")
     with pytest.raises(NotFound):
-        memories.record_evidence([m.id, 999], Settings(), corroborate=True)
+        evidence.record_evidence([m.id, 999], Settings(), corroborate=True)
     assert memories.get_memory(m.id, Settings()).corroborations == 0
 
 
@@ -92,14 +92,14 @@ def test_strict_import_writes_nothing_on_a_bad_line(tmp_path):
     path = tmp_path / "m.jsonl"
     path.write_text('{"content": "good"}\n{"content": \n{"content": "x", "kind": "poem"}\n')
     with pytest.raises(InvalidInput, match=r"2 invalid line\(s\), nothing imported — line 2: not valid JSON"):
-        memories.import_jsonl(path, Settings())
+        importing.import_jsonl(path, Settings())
     assert memories.list_memories(Settings()) == []
 
 
 def test_skip_invalid_reports_line_numbers(tmp_path):
     path = tmp_path / "m.jsonl"
     path.write_text('{"content": "good"}\n\n{"content": ""}\n{"content": "good"}\n[1]\n')
-    report = memories.import_jsonl(path, Settings(), skip_invalid=True)
+    report = importing.import_jsonl(path, Settings(), skip_invalid=True)
     assert (report.added, report.merged) == (1, 1)
     assert [n for n, _ in report.rejected] == [3, 5]
 
@@ -131,7 +131,7 @@ def test_dedup_is_per_scope_and_a_merge_keeps_both_scopes_provenance():
     assert again.action == "merged" and again.id == shared.id
     assert memories.get_memory(shared.id, s).scope == "global"
     # ...and nothing about the second writing is lost: its scope, version and session are on record
-    [merge] = memories.merges_of(shared.id, s)
+    [merge] = merges.merges_of(shared.id, s)
     assert (merge.scope, merge.source_ref, merge.session_id, merge.method) == ("webshop", "gen-2", "s9", "exact")
     # a global memory never merges into a scoped one (it would vanish from every other scope)
     assert _add("Run the migrations with make migrate", scope="global").action == "added"

@@ -185,7 +185,7 @@ def test_log_delivery_with_flags(cli):
 def test_a_warm_engine_refreshes_by_the_changed_rows_and_matches_a_fresh_one(cli):
     from cairn_cli.core.ranking.engine import RankEngine
     from cairn_cli.core.ranking.rank import RankRequest, rank
-    from cairn_cli.core.store import memories
+    from cairn_cli.core.store import dedup, evidence, memories
     from cairn_cli.ml.models import get_encoder
 
     _load(cli)
@@ -196,7 +196,7 @@ def test_a_warm_engine_refreshes_by_the_changed_rows_and_matches_a_fresh_one(cli
     )
     rank(req, s, warm)
     table_before = warm.table(s).table
-    added = memories.add_memories(
+    added = dedup.add_memories(
         [
             memories.validate_entry(
                 {"content": "VAT is 19% on the checkout total, rounded per line in cents", "scope": "webshop"}
@@ -205,8 +205,8 @@ def test_a_warm_engine_refreshes_by_the_changed_rows_and_matches_a_fresh_one(cli
         s,
     )[0]
     memories.supersede(2, added.id, s)
-    memories.record_evidence([6], s, corroborate=True)
-    memories.add_memories(
+    evidence.record_evidence([6], s, corroborate=True)
+    dedup.add_memories(
         [
             memories.validate_entry(
                 {"content": "Save this as a memory: grade the injected memories in the [cm] block", "kind": "meta"}

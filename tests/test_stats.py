@@ -15,7 +15,8 @@ from cairn_cli.config import Settings
 from cairn_cli.core import stats
 from cairn_cli.core.ranking.reranking import FLOOR_KEY
 from cairn_cli.core.store import deliveries, state
-from cairn_cli.core.store.memories import MemoryInput, add_memories
+from cairn_cli.core.store.dedup import add_memories
+from cairn_cli.core.store.memories import MemoryInput
 from cairn_cli.ml.reranker import MSMARCO
 
 # storage-facing: every test here runs on SQLite and on PostgreSQL (tests/conftest.py `backend`)

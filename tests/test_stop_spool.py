@@ -14,7 +14,7 @@ import pytest
 from cairn_cli import db, hook_entry
 from cairn_cli.config import Settings
 from cairn_cli.core.hooks import spool
-from cairn_cli.core.store import deliveries, memories
+from cairn_cli.core.store import deliveries, memories, merges
 from tests.conftest import EXAMPLES
 from tests.test_hooks import hook_log, prompt_payload, stop_payload
 
@@ -101,10 +101,10 @@ def test_a_stop_that_finds_the_store_locked_waits_in_the_spool_and_doctor_applie
     # the same spooled Stop once more (a crash between the commit and the unlink): applied never twice
     with open(os.path.join(spool.spool_dir(str(cairn_home)), "stop-1-1.json"), "w") as fh:
         fh.write(spooled_copy)
-    merges_before = len(memories.merges_of(new_memories("Run make spool-up before the tests")[0].id, Settings()))
+    merges_before = len(merges.merges_of(new_memories("Run make spool-up before the tests")[0].id, Settings()))
     assert cli("doctor", "--apply").exit_code == 0
     mem = new_memories("Run make spool-up before the tests")
-    assert len(mem) == 1 and len(memories.merges_of(mem[0].id, Settings())) == merges_before
+    assert len(mem) == 1 and len(merges.merges_of(mem[0].id, Settings())) == merges_before
 
 
 def test_the_next_stop_writes_the_stops_waiting_in_the_spool(store, capsys, cairn_home, quick_busy):

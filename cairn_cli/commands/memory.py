@@ -28,7 +28,7 @@ def add(
 
     Example: cairn memory add "Run tests with make test" --keywords make,tests --scope cairn --kind procedure
     """
-    from cairn_cli.core.store import memories
+    from cairn_cli.core.store import dedup, memories
 
     entry = memories.validate_entry(
         {
@@ -43,7 +43,7 @@ def add(
     from cairn_cli.daemon.dispatch import embed_daemon_first
 
     notes: list[str] = []
-    result = memories.add_memories([entry], store(create=True), embed=embed_daemon_first, notes=notes)[0]
+    result = dedup.add_memories([entry], store(create=True), embed=embed_daemon_first, notes=notes)[0]
     for note in notes:
         output.message(note)
     if json:
@@ -72,7 +72,7 @@ def import_(
 
     Example: cairn memory import memories.jsonl --source-ref gen-v3
     """
-    from cairn_cli.core.store import memories
+    from cairn_cli.core.store import importing
     from cairn_cli.daemon.dispatch import embed_daemon_first
     from cairn_cli.hotpath import max_input_bytes
 
@@ -80,7 +80,7 @@ def import_(
     small = file.is_file() and file.stat().st_size <= max_input_bytes()
     lines = sum(1 for line in file.open("rb") if line.strip()) if small else None
     with output.progress(lines, "importing") as tick:
-        report = memories.import_jsonl(
+        report = importing.import_jsonl(
             file,
             store(create=True),
             source_ref=source_ref,
@@ -142,19 +142,19 @@ def show(memory_id: Annotated[int, typer.Argument(help="Memory id.")], json: Jso
 
     Example: cairn memory show 12
     """
-    from cairn_cli.core.store import memories
+    from cairn_cli.core.store import memories, merges
 
     settings = store(read_only=True)
-    view, merges = memories.get_memory(memory_id, settings), memories.merges_of(memory_id, settings)
+    view, merged = memories.get_memory(memory_id, settings), merges.merges_of(memory_id, settings)
     if json:
-        output.json_out({**vars(view), "merges": merges})
+        output.json_out({**vars(view), "merges": merged})
         return
     output.key_values({**vars(view), "keywords": ", ".join(view.keywords)}, title=f"memory {view.id}")
-    if merges:
+    if merged:
         output.table(
-            [{**vars(m), "keywords": ", ".join(m.keywords)} for m in merges],
+            [{**vars(m), "keywords": ", ".join(m.keywords)} for m in merged],
             ["merged_at", "method", "similarity", "content", "keywords", "source_ref", "session_id"],
-            title=f"{len(merges)} writes merged into memory {view.id}",
+            title=f"{len(merged)} writes merged into memory {view.id}",
             widths={"content": 60},
         )
 
@@ -175,9 +175,9 @@ def supersede(
 
 
 def _evidence(ids: list[int], json: bool, corroborate: bool) -> None:
-    from cairn_cli.core.store import memories
+    from cairn_cli.core.store import evidence
 
-    views = memories.record_evidence(ids, store(), corroborate=corroborate)
+    views = evidence.record_evidence(ids, store(), corroborate=corroborate)
     if json:
         output.json_out(views)
     else:
@@ -209,8 +209,8 @@ def embed(json: Json = False) -> None:
 
     Example: cairn memory embed
     """
-    from cairn_cli.core.store import memories
+    from cairn_cli.core.store import embeddings
 
     with output.progress(None, "embedding") as tick:
-        n = memories.embed_missing(store(), progress=tick)
+        n = embeddings.embed_missing(store(), progress=tick)
     output.json_out({"embedded": n}) if json else output.text_out(f"embedded {n} memories")

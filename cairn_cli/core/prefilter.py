@@ -1,7 +1,7 @@
 """Bucket-4 prefilter: memories about the memory system itself rather than the work.
 
 A classifier of the memory's text, below the store and the ranking alike: the full-text index records its verdict
-when a memory is written (core/store/fulltext.py), the rank engine applies it when it loads memories.
+when a memory is written (core/store/search_index.py), the rank engine applies it when it loads memories.
 
 A memory is self-referential meta when it talks about cairn's own machinery (memories, injection, grading,
 the [cm] block) and not about the project. Such memories crowd out useful ones and reinforce themselves, so

@@ -1,4 +1,4 @@
-"""The full-text index's SQL: what core/store/fulltext.py writes and core/ranking/fallback.py reads.
+"""The full-text index's SQL: what core/store/search_index.py writes and core/ranking/fallback.py reads.
 
 Tables (migration 0005): `fulltext_docs` (one row per live memory: scope, bucket-4 flag, term counts as JSON
 {term: [in content, in keywords]}, the two lengths), `fulltext_pending` (memories whose row is out of date, queued

@@ -182,11 +182,11 @@ def _evidence_applied(db: peewee.Database) -> None:
                     )
 
 
-# The full-text index (core/store/fulltext.py writes it, core/ranking/fallback.py reads it). The memories' own
+# The full-text index (core/store/search_index.py writes it, core/ranking/fallback.py reads it). The memories' own
 # triggers queue every memory whose indexed fields change in `fulltext_pending`, in the writing transaction
 # itself; cairn then replaces the memory's `fulltext_docs` row (its stemmed terms, computed in Python) and, on
 # SQLite, the triggers below keep the postings, the per-term and the per-scope statistics in step with that row.
-# 2 is the keyword weight the postings are counted at (FULLTEXT_KEYWORD_WEIGHT in core/store/fulltext.py).
+# 2 is the keyword weight the postings are counted at (FULLTEXT_KEYWORD_WEIGHT in core/store/search_index.py).
 _FULLTEXT_SQLITE = (
     """
     CREATE TABLE fulltext_docs (

@@ -276,7 +276,7 @@ def _cap_memories(cm, cap: int, report: StopReport) -> None:
 def _precomputed_embedder(new_memories, embed_with_model, report: StopReport):
     """Embed the turn's new memories now (outside any transaction); an embedder for add_memories that answers
     from these vectors for the memories that really are new (not merged into an existing one)."""
-    from cairn_cli.core.store.memories import embedding_text
+    from cairn_cli.core.store.embeddings import embedding_text
 
     texts = [embedding_text(m.content, m.keywords) for m in new_memories]
     got = embed_with_model(texts) if texts else None
@@ -296,7 +296,7 @@ def _write(session_id, row, turn, cm, decisions, digest, source_ref, embedder, s
     from cairn_cli.core.labels.engagement import write_decisions
     from cairn_cli.core.labels.grades import apply_relevance_grades
     from cairn_cli.core.store import hookstate
-    from cairn_cli.core.store.memories import add_memories
+    from cairn_cli.core.store.dedup import add_memories
     from cairn_cli.db.tables import HookState, ephemeral_proxy, memory_proxy
 
     report.memories, report.grades, report.engagement = [], None, None  # a retried attempt starts afresh

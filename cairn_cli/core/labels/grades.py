@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from cairn_cli.clock import utcnow
 from cairn_cli.config import Settings
 from cairn_cli.core.labels.cm import CmBlock
-from cairn_cli.core.store import memories
+from cairn_cli.core.store import evidence, memories
 from cairn_cli.errors import NotFound
 
 
@@ -57,7 +57,7 @@ def apply_relevance_grades(cm: CmBlock, session_id: str, settings: Settings, *, 
                 elif not _claim_evidence(session_id, turn, memory_id, kind):
                     report.evidence_skipped.append(memory_id)
                 else:
-                    memories.add_evidence(memory_id, corroborate=kind == "cu", settings=settings)
+                    evidence.add_evidence(memory_id, corroborate=kind == "cu", settings=settings)
                     out.append(memory_id)
     return report
 

@@ -297,7 +297,7 @@ class RankEngine:
 
     def _embed_and_store(self, cands: list[Candidate]):
         """Embed memories that have no usable embedding and store it (updated_at untouched: not a new version)."""
-        from cairn_cli.core.store.memories import embedding_text, store_embeddings
+        from cairn_cli.core.store.embeddings import embedding_text, store_embeddings
 
         if not cands:
             return []

@@ -49,7 +49,7 @@ from cairn_cli.core.ranking.lexical import (
     candidate_of,
     unknown_weight,
 )
-from cairn_cli.core.store import fulltext
+from cairn_cli.core.store import search_index
 from cairn_cli.core.text import terms
 
 COMPLETE_COST = 8  # completing a memory from its stored counts costs about this many postings read
@@ -97,10 +97,10 @@ class IndexedEntry:
         self.prefilter = bool(settings.RELEVANCE_PREFILTER_ENABLED)
         self.weight = int(settings.KEYWORD_FIELD_WEIGHT)
         self.rows: list[tuple] | None = None  # index rows computed here (an index this process cannot update)
-        if fulltext.is_behind():
-            failed = fulltext.sync_if_behind()
+        if search_index.is_behind():
+            failed = search_index.sync_if_behind()
             if failed:
-                self.rows = fulltext.rows_of(sql.all_memory_rows())
+                self.rows = search_index.rows_of(sql.all_memory_rows())
                 notes.append(f"full-text index behind and not writable ({failed}): every memory scored in memory")
         self.scope_rows = sql.scope_stats() if self.rows is None else _scope_rows(self.rows)
         self.counts = {row[1]: (row[2], row[3]) for row in self.scope_rows}  # scope -> (ranked, bucket 4)
@@ -174,7 +174,7 @@ class IndexedTable:
         fast = (
             entry.rows is None
             and not sql.is_postgres()
-            and entry.weight == fulltext.FULLTEXT_KEYWORD_WEIGHT
+            and entry.weight == search_index.FULLTEXT_KEYWORD_WEIGHT
             and weights.get("keywords", 0) > 0
             and not every_memory
         )
@@ -344,7 +344,7 @@ def _maxscore(
     only the postings that can change the top k (the postings are at FULLTEXT_KEYWORD_WEIGHT). Fills `idf`."""
     from cairn_cli.db import fulltext as sql
 
-    weight = fulltext.FULLTEXT_KEYWORD_WEIGHT
+    weight = search_index.FULLTEXT_KEYWORD_WEIGHT
     avgdl = stats.avgdl
     c1 = BM25_K1 * (1 - BM25_B)
     c2 = BM25_K1 * BM25_B / avgdl if avgdl else 0.0

@@ -1,7 +1,7 @@
 """The memory store and the delivery log as the domain sees them. `open_stores` binds both databases named by the
 settings (db.open_db does the connecting); it is called once per command, per daemon request or per hook at the
 edge, never inside a core function: every function below assumes the stores are bound. Opening also brings the
-memory store's full-text index up to date (core/store/fulltext.py)."""
+memory store's full-text index up to date (core/store/search_index.py)."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def open_stores(settings: Settings, *, create: bool | None = None, lean: bool = 
     without peewee (db.open_lean; True returned), and only what ranking and logging a turn need may be used until
     db.close_lean(). Every row written from here on carries this instance's id (`instance_id`)."""
     from cairn_cli import db
-    from cairn_cli.core.store import fulltext
+    from cairn_cli.core.store import search_index
 
     memory_url = config.memory_db_url(settings.DB_URL)
     ephemeral_url = config.ephemeral_db_url(settings.EPHEMERAL_DB_URL)
@@ -65,7 +65,7 @@ def open_stores(settings: Settings, *, create: bool | None = None, lean: bool = 
         db.open_memory_db(memory_url, create=may_create("memory", memory_url, create))
         db.open_ephemeral_db(ephemeral_url, create=may_create("ephemeral", ephemeral_url, create))
     db.set_writing_instance(instance_id(settings))
-    fulltext.sync_if_behind()  # memories a write did not index (the migration that made the index queues them all)
+    search_index.sync_if_behind()  # memories a write did not index (the migration that made the index queues them all)
     return opened_lean
 
 

@@ -12,7 +12,7 @@ became DOUBLE PRECISION (memory migration 0009, delivery-log 0007) keeps them as
 a store keeps what it can hold, and is equal at that precision.
 
 The full-text index is derived data: its tables are not copied. The memories' triggers queue every memory the
-target receives, and `fulltext.sync` (the path every write takes) indexes them in the same transaction; the
+target receives, and `search_index.sync` (the path every write takes) indexes them in the same transaction; the
 verification then checks that the target's index rows are exactly what its memories give.
 """
 
@@ -141,10 +141,10 @@ def copy_store(
             if target is not None and not dry_run:
                 transfer.reset_sequences(target, names)
                 if store == "memory":
-                    from cairn_cli.core.store import fulltext
+                    from cairn_cli.core.store import search_index
 
                     with db.bound("memory", target):
-                        report.fulltext_indexed = fulltext.sync()
+                        report.fulltext_indexed = search_index.sync()
         if target is not None and not dry_run:
             with _bar(progress, total, "verify") as tick:
                 live = [_verify_table(source, target, t, batch=batch, tick=tick) for t in report.tables]
@@ -246,7 +246,7 @@ def _verify_table(source, target, t: TableCopy, *, batch: int, tick) -> list[int
 def _fulltext_in_step(target, live_ids: list[int]) -> bool:
     """Nothing queued, and the target's index rows of the copied live memories are what those memories give."""
     from cairn_cli import db
-    from cairn_cli.core.store.fulltext import rows_of
+    from cairn_cli.core.store.search_index import rows_of
     from cairn_cli.db import fulltext as sql
 
     with db.bound("memory", target):

@@ -1,0 +1,131 @@
+"""Adding memories with dedup: an entry that repeats a live memory (the same text, the same normalised text, or, by
+its embedding, the same statement) merges into it instead of being added (docs/store.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import cast
+
+from cairn_cli.config import Settings
+from cairn_cli.core.store import search_index
+from cairn_cli.core.store.embeddings import Embedder, embed_texts, embedding_text, local_embedder, store_embeddings
+from cairn_cli.core.store.evidence import add_evidence, confidence_of
+from cairn_cli.core.store.memories import MemoryInput
+from cairn_cli.core.store.merges import merge_into
+from cairn_cli.core.store.semantic_index import SemanticIndex
+from cairn_cli.core.text import GLOBAL_SCOPE, normalise, sha256
+
+
+@dataclass
+class AddResult:
+    id: int
+    action: str  # "added" | "merged"
+    keywords_added: list[str] = field(default_factory=list)
+    method: str | None = None  # a merge's: exact | normalised | semantic
+    similarity: float | None = None  # a semantic merge's cosine
+
+
+def add_memories(
+    entries: list[MemoryInput],
+    settings: Settings,
+    *,
+    progress: Callable[[int], None] | None = None,
+    embed: Embedder | None = None,
+    notes: list[str] | None = None,
+) -> list[AddResult]:
+    """Add or merge each entry, all in one transaction. The entries that are not exact duplicates are embedded
+    first, in one batch, by `embed` (default: the configured model in this process); when it answers None the
+    memories are stored without an embedding (the daemon embeds them when it next refreshes its table), semantic
+    dedup is skipped and a note saying so is appended to `notes`.
+
+    Exact dedup is per scope: an entry merges into a live memory with the same (or the same normalised) text in its
+    own scope or in `global` (which every scope sees); a global entry merges only into a global memory. Semantic
+    dedup (docs/store.md) only ever merges within the entry's own scope, and counts as a corroboration.
+    A merge unions the keywords and records what was written in `memory_merges`."""
+    from cairn_cli.db.tables import Memory, memory_proxy
+
+    results: list[AddResult] = []
+    fresh: list[tuple[int, object]] = []
+    hashes = [(sha256(e.content), sha256(normalise(e.content))) for e in entries]
+    # embedded before the transaction (a model call takes seconds; a SQLite read snapshot held that long could not
+    # become a write if another process wrote meanwhile); exact repeats of stored memories need no vector
+    repeats = stored_repeats(entries, hashes)
+    todo = [embedding_text(e.content, e.keywords) for e, repeat in zip(entries, repeats) if not repeat]
+    model, vectors = embed_texts(list(dict.fromkeys(todo)), embed or local_embedder(settings))
+    index = SemanticIndex(model, settings.DEDUP_SEMANTIC_MIN) if model is not None else None
+    if todo and notes is not None:
+        if model is None:
+            notes.append("semantic dedup skipped: no embedding model answered (exact duplicates only)")
+        elif not index:
+            notes.append(f"semantic dedup off (CAIRN_DEDUP_SEMANTIC_MIN={settings.DEDUP_SEMANTIC_MIN:g})")
+    with memory_proxy.atomic():
+        for entry, (h, nh) in zip(entries, hashes):
+            existing = duplicate_of(entry, h, nh)
+            vec = vectors.get(embedding_text(entry.content, entry.keywords))
+            match = index.nearest(entry, vec) if existing is None and index and vec is not None else None
+            if existing is not None:
+                method = "exact" if existing.content_hash == h else "normalised"
+                results.append(AddResult(existing.id, "merged", merge_into(existing, entry, method), method))
+            elif match is not None:
+                existing, cos = match
+                added = merge_into(existing, entry, "semantic", cos)
+                add_evidence(existing.id, corroborate=True, settings=settings)
+                results.append(AddResult(existing.id, "merged", added, "semantic", cos))
+            else:
+                mem = Memory.create(
+                    content=entry.content,
+                    content_hash=h,
+                    norm_hash=nh,
+                    keywords=entry.keywords,
+                    scope=entry.scope,
+                    kind=entry.kind,
+                    source_ref=entry.source_ref,
+                    session_id=entry.session_id,
+                    confidence=confidence_of(0, 0, settings),
+                )
+                if vec is not None:
+                    fresh.append((mem.id, vec))
+                    if index:
+                        index.add(entry.scope, mem.id, vec)
+                results.append(AddResult(mem.id, "added", list(entry.keywords)))
+            if progress:
+                progress(1)
+        search_index.sync()  # the new memories and the merged ones' keywords, in this transaction
+        if fresh and model is not None:
+            store_embeddings([i for i, _ in fresh], [v for _, v in fresh], model)
+    return results
+
+
+def stored_repeats(entries: list[MemoryInput], hashes: list[tuple[str, str]]) -> list[bool]:
+    """Which entries repeat (same or same normalised text) a live memory of their scope or of global, in a few
+    queries: the ones that need no embedding. The transaction decides for good (`duplicate_of`)."""
+    from cairn_cli.db.tables import Memory
+
+    wanted = sorted({x for pair in hashes for x in pair})
+    seen: set[tuple[str, str]] = set()  # (hash, scope)
+    for start in range(0, len(wanted), 400):
+        chunk = wanted[start : start + 400]
+        rows = Memory.select(Memory.content_hash, Memory.norm_hash, Memory.scope).where(
+            (Memory.content_hash.in_(chunk) | Memory.norm_hash.in_(chunk)) & Memory.superseded_by.is_null()
+        )
+        for content_hash, norm_hash, scope in cast(Iterable[tuple[str, str, str]], rows.tuples()):
+            seen.update(((content_hash, scope), (norm_hash, scope)))
+    return [any((x, scope) in seen for x in pair for scope in {e.scope, GLOBAL_SCOPE}) for e, pair in zip(entries, hashes)]
+
+
+def duplicate_of(entry: MemoryInput, content_hash: str, norm_hash: str):
+    """The live memory `entry` repeats, in its scope first, then in global; None."""
+    from cairn_cli.db.tables import Memory
+
+    scopes = [entry.scope] if entry.scope == GLOBAL_SCOPE else [entry.scope, GLOBAL_SCOPE]
+    candidates = (
+        Memory.select()
+        .where(
+            ((Memory.content_hash == content_hash) | (Memory.norm_hash == norm_hash))
+            & Memory.superseded_by.is_null()
+            & Memory.scope.in_(scopes)
+        )
+        .order_by(Memory.id)
+    )
+    return min(candidates, key=lambda m: (m.scope != entry.scope, m.id), default=None)

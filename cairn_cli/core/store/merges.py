@@ -1,0 +1,72 @@
+"""Merges: a written entry folded into the memory it repeats (keywords unioned, what was written recorded in
+memory_merges), and what was merged into a memory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cairn_cli.clock import utcnow
+from cairn_cli.config import Settings
+from cairn_cli.core.store.memories import MemoryInput
+
+
+def merge_into(existing, entry: MemoryInput, method: str, similarity: float | None = None) -> list[str]:
+    """Merge a written entry into an existing memory: keywords unioned, a missing source_ref filled, and what was
+    written recorded in memory_merges. Returns the keywords it added."""
+    from cairn_cli.db.tables import MemoryMerge
+
+    new_kws = [k for k in entry.keywords if k not in existing.keywords]
+    if new_kws:
+        existing.keywords = existing.keywords + new_kws
+    if existing.source_ref is None and entry.source_ref:
+        existing.source_ref = entry.source_ref
+    existing.updated_at = utcnow()
+    existing.save()
+    MemoryMerge.create(
+        memory_id=existing.id,
+        content=entry.content,
+        keywords=entry.keywords,
+        scope=entry.scope,
+        kind=entry.kind,
+        source_ref=entry.source_ref,
+        session_id=entry.session_id,
+        method=method,
+        similarity=similarity,
+    )
+    return new_kws
+
+
+@dataclass
+class MergeView:
+    memory_id: int
+    content: str
+    keywords: list[str]
+    scope: str
+    kind: str
+    source_ref: str | None
+    session_id: str | None
+    method: str
+    similarity: float | None
+    merged_at: str
+
+
+def merges_of(memory_id: int, settings: Settings) -> list[MergeView]:
+    """What was merged into a memory, oldest first."""
+    from cairn_cli.db.tables import MemoryMerge
+
+    rows = MemoryMerge.select().where(MemoryMerge.memory_id == memory_id).order_by(MemoryMerge.id)
+    return [
+        MergeView(
+            r.memory_id,
+            r.content,
+            list(r.keywords),
+            r.scope,
+            r.kind,
+            r.source_ref,
+            r.session_id,
+            r.method,
+            r.similarity,
+            r.merged_at.isoformat(timespec="seconds"),
+        )
+        for r in rows
+    ]
