@@ -9,12 +9,13 @@ import typer
 
 from cairn_cli import output
 from cairn_cli.commands._common import Json, store
+from cairn_cli.core.text import GLOBAL_SCOPE
 
 
 def add(
     content: Annotated[str, typer.Argument(help="The memory's text.")],
     keywords: Annotated[str | None, typer.Option("--keywords", "-k", help="Comma-separated keywords.")] = None,
-    scope: Annotated[str, typer.Option(help="Project or area the memory belongs to.")] = "global",
+    scope: Annotated[str, typer.Option(help="Project or area the memory belongs to.")] = GLOBAL_SCOPE,
     kind: Annotated[
         str, typer.Option(help="fact, procedure, correction, preference, decision, pitfall or meta.")
     ] = "fact",

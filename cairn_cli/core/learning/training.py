@@ -263,6 +263,7 @@ def composite_scorer(settings: Settings) -> Scorer:
     import numpy as np
 
     from cairn_cli.core.ranking.scoring import Candidate, ScoringTable
+    from cairn_cli.core.text import GLOBAL_SCOPE
     from cairn_cli.ml.models import get_encoder
 
     encoder = get_encoder(settings.EMBED_MODEL, settings.EMBED_DTYPE)
@@ -272,7 +273,7 @@ def composite_scorer(settings: Settings) -> Scorer:
         vecs = encoder.encode([query] + texts)
         table = ScoringTable([], settings.KEYWORD_FIELD_WEIGHT, dim=encoder.dim)
         for i, (text, vec) in enumerate(zip(texts, vecs[1:])):
-            table.upsert(Candidate(i, text, [], "global", "fact", 0.75, now), vec)
+            table.upsert(Candidate(i, text, [], GLOBAL_SCOPE, "fact", 0.75, now), vec)
         scored = table.score(
             query,
             table.similarities(np.asarray(vecs[0])),
@@ -385,7 +386,8 @@ def pipeline_rankings(cases: list[RankingCase], rerankers: dict, settings: Setti
     from cairn_cli.core.ranking.pipeline import select
     from cairn_cli.core.ranking.profiles import composite_floor
     from cairn_cli.core.ranking.profiles import profile as get_profile
-    from cairn_cli.core.ranking.scoring import GLOBAL_SCOPE, Candidate, ScoringTable
+    from cairn_cli.core.ranking.scoring import Candidate, ScoringTable
+    from cairn_cli.core.text import GLOBAL_SCOPE
 
     engine = RankEngine.in_process(settings, with_reranker=False)
     profile = get_profile(settings)  # the profile and composite floor `cairn rank` ranks the store with

@@ -43,14 +43,13 @@ from cairn_cli.core.ranking.lexical import (
     BM25_B,
     BM25_K1,
     COMPONENTS,
-    GLOBAL_SCOPE,
     Candidate,
     Scored,
     candidate_of,
     unknown_weight,
 )
 from cairn_cli.core.store import search_index
-from cairn_cli.core.text import terms
+from cairn_cli.core.text import GLOBAL_SCOPE, terms
 
 COMPLETE_COST = 8  # completing a memory from its stored counts costs about this many postings read
 _EPS = 1e-9  # relative slack on every bound: a memory at the bound is completed, never skipped

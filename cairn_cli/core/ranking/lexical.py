@@ -14,7 +14,6 @@ from typing import Protocol
 from cairn_cli.core.text import terms
 from cairn_cli.errors import ConfigError
 
-GLOBAL_SCOPE = "global"
 COMPONENTS = ("similarity", "keywords", "scope", "confidence", "recency")
 BM25_K1 = 1.2
 BM25_B = 0.75

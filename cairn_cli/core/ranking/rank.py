@@ -16,11 +16,11 @@ from cairn_cli.config import Settings
 from cairn_cli.core.ranking.context import ContextWindow, build_context_window
 from cairn_cli.core.ranking.engine import RankEngine
 from cairn_cli.core.ranking.injection import format_block
-from cairn_cli.core.ranking.lexical import GLOBAL_SCOPE
 from cairn_cli.core.ranking.pipeline import Selection, rerank, shortlist
 from cairn_cli.core.ranking.profiles import composite_floor
 from cairn_cli.core.ranking.profiles import profile as get_profile
 from cairn_cli.core.store import deliveries
+from cairn_cli.core.text import GLOBAL_SCOPE
 from cairn_cli.errors import DeadlineExceeded, InvalidInput, NotFound
 
 

@@ -25,19 +25,17 @@ from cairn_cli.core.ranking.lexical import (  # the numpy-free part, re-exported
     BM25_B,
     BM25_K1,
     COMPONENTS,
-    GLOBAL_SCOPE,
     Candidate,
     Scored,
     lexical_field,
     unknown_weight,
 )
-from cairn_cli.core.text import terms
+from cairn_cli.core.text import GLOBAL_SCOPE, terms
 
 __all__ = [
     "BM25_B",
     "BM25_K1",
     "COMPONENTS",
-    "GLOBAL_SCOPE",
     "Candidate",
     "LexicalIndex",
     "Scored",

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 
 from cairn_cli.clock import utcnow
 from cairn_cli.config import Settings
+from cairn_cli.core.text import GLOBAL_SCOPE
 from cairn_cli.errors import InvalidInput, NotFound
 from cairn_cli.hotpath import MAX_TURN, session_key
 
@@ -275,7 +276,7 @@ def parse_external(payload: object, *, default_layer: str = "external") -> list[
                 score_components=comps,
                 reranker_model=payload["reranker_model"],
                 layer=str(payload.get("layer") or default_layer),
-                scope=str(payload.get("scope") or "global"),
+                scope=str(payload.get("scope") or GLOBAL_SCOPE),
                 ranker=str(payload.get("ranker") or "external"),
             )
         )
