@@ -151,9 +151,9 @@ def _hold_daemon_lock() -> None:
     """A second daemon (an autostart racing another) exits here, before Typer or any model is imported; the first
     keeps the lock for its whole life (server.serve finds it held)."""
     from cairn_cli.config import home_dir
-    from cairn_cli.daemon import lock
+    from cairn_cli.daemon import singleton
 
-    if not lock.hold(home_dir()):
+    if not singleton.hold(home_dir()):
         sys.stderr.write(
             "error: a cairn daemon is already running for this CAIRN_HOME (hint: see `cairn daemon status`)\n"
         )

@@ -451,9 +451,9 @@ def level(backend: str, mode: str, n: int, args, ctx: dict) -> dict:
     daemon_status: dict = {}
     try:
         if mode == "down":
-            from cairn_cli.daemon import lock
+            from cairn_cli.daemon import singleton
 
-            held = lock.hold(home)  # as a starting daemon would: the hooks may not start one
+            held = singleton.hold(home)  # as a starting daemon would: the hooks may not start one
         else:
             cairn(env, "daemon", "start", "--wait", "600", "--json")
             daemon_status = wait_for_daemon(env, ctx["projects"], student=mode == "daemon-student")
@@ -475,9 +475,9 @@ def level(backend: str, mode: str, n: int, args, ctx: dict) -> dict:
             }
     finally:
         if mode == "down" and held:
-            from cairn_cli.daemon import lock
+            from cairn_cli.daemon import singleton
 
-            lock.release(home)
+            singleton.release(home)
         else:
             cairn(env, "daemon", "stop", check=False)
     spool = apply_spool(home, env)

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from cairn_cli.daemon import client, dispatch, lock
+from cairn_cli.daemon import client, dispatch, singleton
 
 
 class FakeDaemon:
@@ -53,7 +53,7 @@ def auto(monkeypatch, cairn_home):
     spawned: list[str] = []
     monkeypatch.setattr(dispatch, "spawn", lambda home, why: spawned.append(why))
     yield spawned
-    lock.release(cairn_home)
+    singleton.release(cairn_home)
 
 
 def _rank(**kw) -> dict:
@@ -150,22 +150,22 @@ def test_one_spawn_per_home_while_it_comes_up(cairn_home, auto):
 
 
 def test_no_spawn_while_a_daemon_holds_the_lock(cairn_home, auto):
-    assert lock.hold(cairn_home)  # a daemon that has no socket yet (starting) or any more (orphaned)
-    assert lock.held(cairn_home)
+    assert singleton.hold(cairn_home)  # a daemon that has no socket yet (starting) or any more (orphaned)
+    assert singleton.held(cairn_home)
     note = _rank(autostart=True)["notes"][0]
     assert "no daemon started: a daemon holds daemon.lock" in note and auto == []
-    lock.release(cairn_home)
-    assert not lock.held(cairn_home)
+    singleton.release(cairn_home)
+    assert not singleton.held(cairn_home)
     assert "daemon autostarted" in _rank(autostart=True)["notes"][0] and len(auto) == 1
 
 
 def test_the_daemon_taking_the_lock_ends_the_spawn_in_flight(cairn_home, auto):
-    assert lock.claim_spawn(cairn_home) is None
-    assert "coming up" in lock.claim_spawn(cairn_home)
-    assert lock.hold(cairn_home)  # the spawned daemon arrived
-    assert "holds daemon.lock" in lock.claim_spawn(cairn_home)
-    lock.release(cairn_home)  # and died
-    assert lock.claim_spawn(cairn_home) is None
+    assert singleton.claim_spawn(cairn_home) is None
+    assert "coming up" in singleton.claim_spawn(cairn_home)
+    assert singleton.hold(cairn_home)  # the spawned daemon arrived
+    assert "holds daemon.lock" in singleton.claim_spawn(cairn_home)
+    singleton.release(cairn_home)  # and died
+    assert singleton.claim_spawn(cairn_home) is None
 
 
 def test_when_the_back_off_runs_out_one_caller_asks_and_the_others_keep_skipping(cairn_home):

@@ -31,7 +31,7 @@ from cairn_cli.core.ranking.lexical import Candidate, lexical_field
 from cairn_cli.core.ranking.rank import RankRequest, rank
 from cairn_cli.core.store import dedup, evidence, importing, memories, open_stores, search_index
 from cairn_cli.core.text import normalise, sha256, terms
-from cairn_cli.daemon import lock
+from cairn_cli.daemon import singleton
 from cairn_cli.db import migrations
 from cairn_cli.db.tables import Memory, memory_proxy
 from tests.conftest import EXAMPLES, ROOT, shared
@@ -571,7 +571,7 @@ def test_the_fallback_imports_no_numpy_and_the_daemon_down_hook_still_injects(ca
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
     env.update({"CAIRN_HOME": str(cairn_home), "CAIRN_EMBED_MODEL": "hashing", "CAIRN_DAEMON": "auto"})
     env.update({"CAIRN_HOOK_SCOPE": "webshop", "CAIRN_DAEMON_BACKOFF_S": "0", "PYTHONPATH": str(ROOT)})
-    marker = Path(lock.spawn_path(cairn_home))  # "a daemon was just started": the hook's autostart starts none here
+    marker = Path(singleton.spawn_path(cairn_home))  # "a daemon was just started": the hook's autostart starts none here
     marker.parent.mkdir(parents=True, exist_ok=True)
     marker.write_text(f"{time.time():.3f} 0\n")  # stamped now: within the spawn grace, so no daemon is started
     heavy = ("numpy", "torch", "transformers", "sentence_transformers", "rich", "typer", "tqdm", "peewee", "argparse")

@@ -12,7 +12,7 @@ from tests.conftest import ROOT
 PKG = ROOT / "cairn_cli"
 # core's stages, lowest first: a stage imports only from the stages before it (and from itself)
 CORE_ORDER = [
-    {"text", "metrics", "transcript", "locks", "plotting", "prefilter"},
+    {"text", "metrics", "transcript", "job_locks", "plotting", "prefilter"},
     {"store"},
     {"experiment"},
     {"labels"},

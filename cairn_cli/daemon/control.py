@@ -10,7 +10,7 @@ from pathlib import Path
 
 import orjson
 
-from cairn_cli.daemon import client, lock
+from cairn_cli.daemon import client, singleton
 from cairn_cli.daemon.dispatch import spawn
 from cairn_cli.errors import ConfigError
 from cairn_cli.files import pid_alive
@@ -49,7 +49,7 @@ def status(home: Path, timeout_ms: int = 1500) -> Status:
         if "did not answer" in reason:
             return Status("hung", pid, reason)
         return Status("hung", pid, f"process alive but {reason}")
-    if lock.held(home):
+    if singleton.held(home):
         return Status("loading", pid, f"a daemon holds daemon.lock but does not answer yet ({reason})")
     if pid or os.path.lexists(client.socket_path(home)):
         return Status("stale", pid, f"left behind by a dead daemon ({reason})")
@@ -73,7 +73,7 @@ def start(home: Path, wait_s: float) -> Status:
     if current.state == "stale":
         cleanup_stale(home)
     try:
-        proc = None if lock.claim_spawn(home) else spawn(home, "cairn daemon start")  # else one is on its way
+        proc = None if singleton.claim_spawn(home) else spawn(home, "cairn daemon start")  # else one is on its way
     except OSError as exc:  # a read-only CAIRN_HOME: the daemon could not write its socket, lock or log either
         raise ConfigError(
             f"cannot start a daemon: {exc.filename or home}: {exc.strerror or exc}",

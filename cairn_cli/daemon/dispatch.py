@@ -5,7 +5,7 @@ lexical fallback (keywords + scope, no model loaded) and say so in the provenanc
 models in this process (slow; for tests and one-off use). Nothing heavy is imported unless the daemon fails.
 
 The circuit breaker: only "no daemon listens" may start one (autostart), and only one process per CAIRN_HOME
-at a time (lock.claim_spawn); a daemon that is loading or busy said so and is left alone; one that did not answer
+at a time (singleton.claim_spawn); a daemon that is loading or busy said so and is left alone; one that did not answer
 in time but whose heartbeat is live is slow under load: this prompt falls back, the next one asks again; one that
 did not answer and has no heartbeat is hung: skipped for CAIRN_DAEMON_BACKOFF_S, so that it costs one prompt its
 timeout, not every one.
@@ -27,7 +27,7 @@ EMBED_BATCH_TIMEOUT_MS = 120_000  # a batch takes seconds on a busy CPU, not the
 
 def spawn(home, why: str):
     """Start `cairn daemon serve` detached (its own session), logging to CAIRN_HOME/logs/daemon.log. Callers
-    claim the spawn first (lock.claim_spawn): one daemon per CAIRN_HOME, one spawn at a time."""
+    claim the spawn first (singleton.claim_spawn): one daemon per CAIRN_HOME, one spawn at a time."""
     import subprocess
 
     from cairn_cli.files import append_log, private_file
@@ -52,10 +52,10 @@ def spawn(home, why: str):
 
 def start_for_next_time(home, why: str) -> str:
     """Start a daemon for next time unless one is alive or already on its way; says what happened."""
-    from cairn_cli.daemon import lock
+    from cairn_cli.daemon import singleton
 
     try:
-        refused = lock.claim_spawn(home)
+        refused = singleton.claim_spawn(home)
         if refused:
             return f"no daemon started: {refused}"
         spawn(home, why)

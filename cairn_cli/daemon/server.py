@@ -1,6 +1,6 @@
 """The model daemon: owns the warm models and scoring tables, serves rank / embed / health on a Unix socket.
 
-- one daemon per CAIRN_HOME: an exclusive flock on daemon.lock (lock.py), taken by entry.py before anything heavy
+- one daemon per CAIRN_HOME: an exclusive flock on daemon.lock (singleton.py), taken by entry.py before anything heavy
   is imported; a second `serve` exits 1 at once;
 - holding the lock, any socket file left behind is stale and is replaced (stale-socket recovery);
 - the socket is created with mode 0600 (umask), there is no TCP listener; its listen queue holds 64 connections;
@@ -39,7 +39,7 @@ import orjson
 
 from cairn_cli.config import Settings
 from cairn_cli.daemon import housekeeping
-from cairn_cli.daemon import lock as home_lock
+from cairn_cli.daemon import singleton
 from cairn_cli.daemon.client import HEARTBEAT_S, clear_backoff, socket_path, status_path
 from cairn_cli.errors import CairnError, DeadlineExceeded, InvalidInput
 from cairn_cli.files import atomic_write, private_dir
@@ -359,7 +359,7 @@ class Daemon:
             return f"its CAIRN_HOME {self.home} is gone"
         for what, path, mine in (
             ("socket", socket_path(self.home), self.socket_id),
-            ("lock file", home_lock.lock_path(self.home), home_lock.held_identity(self.home)),
+            ("lock file", singleton.lock_path(self.home), singleton.held_identity(self.home)),
         ):
             if mine is None:
                 continue
@@ -486,13 +486,13 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 
 def serve(home: Path, settings: Settings) -> int:
     """Run the daemon in the foreground until SIGTERM (or it is orphaned, or idle). Returns the exit code."""
-    if not home_lock.hold(home):  # entry.py took it already when this process is `cairn daemon serve`
+    if not singleton.hold(home):  # entry.py took it already when this process is `cairn daemon serve`
         raise AlreadyRunning("a cairn daemon is already running for this CAIRN_HOME", "see `cairn daemon status`")
     try:
         private_dir(home / "logs")
         return _serve_locked(home, settings, housekeeping.daemon_logger(home, settings))  # rotated, whole lines
     finally:
-        home_lock.release(home)
+        singleton.release(home)
 
 
 def _serve_locked(home: Path, settings: Settings, log) -> int:

@@ -352,6 +352,6 @@ def selfmod_lock():
     """One promotion at a time per CAIRN_HOME and, on a shared PostgreSQL store, for every machine sharing it (cron
     and an operator, or two machines' cron, may overlap): yields False when held. Under it the decision is taken
     on the arms as they are now, so a second holder finds the promoted arms and promotes nothing again."""
-    from cairn_cli.core.locks import store_lock
+    from cairn_cli.core.job_locks import store_lock
 
     return store_lock("ab-selfmod")

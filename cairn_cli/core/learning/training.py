@@ -826,7 +826,7 @@ def run_job(settings: Settings, opts: TrainOptions, job: Job, *, progress=None) 
     """The whole command: one JSON-ready outcome (`outcome` says which: rolled-back | exported | locked | skipped |
     dry-run | deployed | refused | trained). Training runs one at a time per CAIRN_HOME (cron may overlap a slow
     run); with --auto it runs only when enough graded deliveries arrived since the last attempt."""
-    from cairn_cli.core.locks import store_lock
+    from cairn_cli.core.job_locks import store_lock
 
     if job.rollback:
         return {"outcome": "rolled-back", **rollback(settings)}

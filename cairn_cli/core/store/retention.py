@@ -1,22 +1,6 @@
 """Retention: the delivery log's long text expires after CAIRN_RETENTION_DAYS (0: never); its labels never do.
-
-What expires, once older than the retention period:
-
-- `memory_deliveries.context_window` of the deliveries that carry no label: no grade and no engagement decision.
-  It becomes '' (the mark: a logged window is never empty). A graded or engagement-decided delivery is training
-  data: `train-reranker` pairs its window with the memory (core/learning/training.py), so its window is kept
-  whatever its age. What goes is the provenance of deliveries nothing ever judged.
-- in `hook_state.data`, the turn's `prompt` (what the Stop's engagement removes from the response's terms and
-  `backfill-semantic` finds the transcript turn by) and any other top-level string longer than LONG_TEXT_CHARS:
-  removed, and `expired_at` (when) and `expired` (which keys) set. The arm, scope, versions, the delivered ids,
-  the abstention, the Stop's record and every column stay.
-
-Never touched: ids, sessions and turns, context keys, scores and their components, rankers and models, grades,
-hard negatives, engagement (decision, scores, method), arms, instances, timestamps; no row is deleted.
-
-Batched (BATCH rows per transaction, never one transaction over the whole log) and idempotent: a rerun finds
-nothing left to do and changes nothing. Each run (not a dry run) is recorded in $CAIRN_HOME/retention.json; the
-daemon applies it at most once a day from that record (daemon/housekeeping.py), `cairn doctor --apply` on demand.
+Unlabelled deliveries lose their context window, hook state its prompt and other long text; nothing else changes and
+no row is deleted. Batched and idempotent; each run is recorded in $CAIRN_HOME/retention.json (docs/retention.md).
 """
 
 from __future__ import annotations
@@ -24,7 +8,6 @@ from __future__ import annotations
 import datetime as dt
 import os
 import time
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -37,9 +20,6 @@ LONG_TEXT_CHARS = 256  # a hook_state string longer than this is long text, what
 EXPIRING_KEYS = ("prompt",)  # hook_state keys that expire whatever their length
 MARK = "expired_at"
 RECORD_NAME = "retention.json"
-DELIVERIES, HOOK_STATE = "memory_deliveries", "hook_state"
-_LABELLED = "(grade IS NOT NULL OR engaged IS NOT NULL)"
-_UNLABELLED = "grade IS NULL AND engaged IS NULL"
 
 
 @dataclass
@@ -136,12 +116,13 @@ def apply_retention(
 def retention_status(settings: Settings, *, now: dt.datetime | None = None, database: Any = None) -> RetentionStatus:
     """What a run would expire now, what earlier runs expired, and the last run's record."""
     from cairn_cli import db
+    from cairn_cli.db import expiry
 
     conn = database if database is not None else db.connection("ephemeral")
     due = apply_retention(settings, dry_run=True, now=now, database=conn)
     expired = {
-        DELIVERIES: _scalar(conn, f"SELECT COUNT(*) FROM {DELIVERIES} WHERE context_window = ''"),
-        HOOK_STATE: _scalar(conn, f"SELECT COUNT(*) FROM {HOOK_STATE} WHERE data LIKE ?", (_mark_pattern(),)),
+        expiry.DELIVERIES: expiry.expired_windows(conn),
+        expiry.HOOK_STATE: expiry.marked_hook_rows(conn, _mark_pattern()),
     }
     return RetentionStatus(due.days, due.cutoff, due.tables, expired, last_run())
 
@@ -174,16 +155,12 @@ def seconds_since_last_run() -> float | None:
 
 
 def _expire_windows(conn, cutoff: dt.datetime, dry_run: bool, batch: int, report: RetentionReport) -> TableRetention:
-    out = TableRetention(DELIVERIES, "context_window")
-    when = _ts(conn, cutoff)
+    from cairn_cli.db import expiry
+
+    out = TableRetention(expiry.DELIVERIES, "context_window")
     last = 0
     while True:
-        rows = _run(
-            conn,
-            f"SELECT id, LENGTH(context_window) FROM {DELIVERIES} WHERE id > ? AND delivered_at < ? "
-            f"AND context_window <> '' AND {_UNLABELLED} ORDER BY id LIMIT ?",
-            (last, when, batch),
-        ).fetchall()
+        rows = expiry.unlabelled_windows(conn, last, cutoff, batch)
         if not rows:
             break
         last = rows[-1][0]
@@ -192,20 +169,11 @@ def _expire_windows(conn, cutoff: dt.datetime, dry_run: bool, batch: int, report
             changed = len(ids)
         else:
             with conn.atomic():  # the label test again: a grade that arrived since the SELECT keeps its window
-                changed = _run(
-                    conn,
-                    f"UPDATE {DELIVERIES} SET context_window = '' WHERE id IN ({', '.join('?' * len(ids))}) "
-                    f"AND {_UNLABELLED}",
-                    ids,
-                ).rowcount
+                changed = expiry.expire_windows(conn, ids)
             report.batches += 1
         out.expired += changed
         out.chars += sum(int(r[1] or 0) for r in rows)
-    out.kept_labelled = _scalar(
-        conn,
-        f"SELECT COUNT(*) FROM {DELIVERIES} WHERE delivered_at < ? AND context_window <> '' AND {_LABELLED}",
-        (when,),
-    )
+    out.kept_labelled = expiry.labelled_windows(conn, cutoff)
     return out
 
 
@@ -216,16 +184,13 @@ def _expire_hook_text(
     held none too, so that no later run reads it again)."""
     import orjson
 
-    out = TableRetention(HOOK_STATE, "data")
+    from cairn_cli.db import expiry
+
+    out = TableRetention(expiry.HOOK_STATE, "data")
     stamp = _iso(now)
     last = 0
     while True:
-        rows = _run(
-            conn,
-            f"SELECT id, data FROM {HOOK_STATE} WHERE id > ? AND created_at < ? AND data NOT LIKE ? "
-            "ORDER BY id LIMIT ?",
-            (last, _ts(conn, cutoff), _mark_pattern(), batch),
-        ).fetchall()
+        rows = expiry.unmarked_hook_rows(conn, last, cutoff, _mark_pattern(), batch)
         if not rows:
             break
         last = rows[-1][0]
@@ -244,12 +209,7 @@ def _expire_hook_text(
             updates.append((new, row_id, text, bool(gone), chars))
         if updates and not dry_run:
             with conn.atomic():  # compare-and-set: a row the Stop changed since the SELECT waits for the next run
-                done = [
-                    _run(
-                        conn, f"UPDATE {HOOK_STATE} SET data = ? WHERE id = ? AND data = ?", (new, row_id, old)
-                    ).rowcount
-                    for new, row_id, old, _, _ in updates
-                ]
+                done = [expiry.replace_hook_data(conn, row_id, new, old) for new, row_id, old, _, _ in updates]
             report.batches += 1
         else:
             done = [1] * len(updates)
@@ -269,23 +229,6 @@ def _long(value: object) -> bool:
 
 def _mark_pattern() -> str:
     return f'%"{MARK}":%'  # orjson writes no space after a key's colon
-
-
-def _run(conn, sql: str, params: Sequence = ()):
-    """One statement written with `?` placeholders on `conn` (peewee's or the lean one); its cursor."""
-    if conn.param != "?":
-        sql = sql.replace("?", conn.param)
-    return conn.execute_sql(sql, tuple(params))
-
-
-def _scalar(conn, sql: str, params: Sequence = ()) -> int:
-    row = _run(conn, sql, params).fetchone()
-    return int(row[0] or 0) if row else 0
-
-
-def _ts(conn, value: dt.datetime):
-    """A datetime as the store's timestamp columns hold it: SQLite's text (what peewee writes), PostgreSQL's own."""
-    return str(value) if conn.param == "?" else value
 
 
 def _iso(value: dt.datetime | None) -> str | None:

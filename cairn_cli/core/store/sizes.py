@@ -1,10 +1,7 @@
 """How big each store is (`cairn stats stores`): per store its URL (password masked), backend and size on disk; per
 table its rows, its size with its indexes, and the characters of the long text it holds (what retention expires,
-core/store/retention.py, and what else grows with use); and the logs under $CAIRN_HOME/logs.
-
-SQLite: the database file plus its -wal and -shm; a table's size from the `dbstat` virtual table when SQLite was
-built with it (else unknown). PostgreSQL: pg_database_size, and pg_total_relation_size per table (indexes and
-TOAST included)."""
+core/store/retention.py, and what else grows with use); and the logs under $CAIRN_HOME/logs. A SQLite store's size is
+its file plus its -wal and -shm; the engines' own measures are db/measure.py's."""
 
 from __future__ import annotations
 
@@ -64,6 +61,7 @@ class SizesReport:
 def store_sizes(settings: Settings) -> SizesReport:
     """Both stores (bound: core/store.open_stores) and the logs."""
     from cairn_cli import db
+    from cairn_cli.db import measure
 
     urls = {
         "memory": config.memory_db_url(settings.DB_URL),
@@ -78,17 +76,17 @@ def store_sizes(settings: Settings) -> SizesReport:
             size.files = _sqlite_files(getattr(conn, "database", None))
             size.bytes = sum(size.files.values()) if size.files else None
         else:
-            size.bytes = _scalar(conn, "SELECT pg_database_size(current_database())")
-        on_disk = _sqlite_table_bytes(conn) if sqlite else None
-        for table in sorted(_tables(conn, sqlite)):
+            size.bytes = measure.database_bytes(conn)
+        on_disk = measure.sqlite_table_bytes(conn) if sqlite else None
+        for table in sorted(measure.tables(conn, sqlite)):
             column = LONG_TEXT.get(table)
             size.tables.append(
                 TableSize(
                     table,
-                    _scalar(conn, f"SELECT COUNT(*) FROM {table}") or 0,
-                    _pg_table_bytes(conn, table) if not sqlite else None if on_disk is None else on_disk.get(table),
+                    measure.row_count(conn, table),
+                    measure.pg_table_bytes(conn, table) if not sqlite else None if on_disk is None else on_disk.get(table),
                     column,
-                    _scalar(conn, f"SELECT COALESCE(SUM(LENGTH({column})), 0) FROM {table}") if column else None,
+                    measure.text_chars(conn, table, column) if column else None,
                 )
             )
         stores.append(size)
@@ -113,14 +111,6 @@ def log_sizes() -> dict[str, int]:
     return out
 
 
-def _tables(conn, sqlite: bool) -> list[str]:
-    if sqlite:
-        sql = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-    else:
-        sql = "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
-    return [r[0] for r in conn.execute_sql(sql).fetchall()]
-
-
 def _sqlite_files(path: str | None) -> dict[str, int]:
     if not path or path == ":memory:":
         return {}
@@ -131,30 +121,3 @@ def _sqlite_files(path: str | None) -> dict[str, int]:
         except OSError:
             continue
     return out
-
-
-def _sqlite_table_bytes(conn) -> dict[str, int] | None:
-    """table -> bytes of its pages and its indexes' (dbstat); None when this SQLite lacks dbstat."""
-    try:
-        pages = conn.execute_sql("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name").fetchall()
-        owner = dict(
-            conn.execute_sql("SELECT name, tbl_name FROM sqlite_master WHERE type IN ('table', 'index')").fetchall()
-        )
-    except Exception as exc:  # no such table: dbstat (the driver's own error class, sqlite3's or peewee's)
-        if "dbstat" not in str(exc):
-            raise
-        return None
-    out: dict[str, int] = {}
-    for name, size in pages:
-        table = owner.get(name, name)
-        out[table] = out.get(table, 0) + int(size or 0)
-    return out
-
-
-def _pg_table_bytes(conn, table: str) -> int | None:
-    return _scalar(conn, f"SELECT pg_total_relation_size({conn.param})", (table,))
-
-
-def _scalar(conn, sql: str, params: tuple = ()) -> int | None:
-    row = conn.execute_sql(sql, params).fetchone()
-    return None if row is None or row[0] is None else int(row[0])
