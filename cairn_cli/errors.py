@@ -35,10 +35,6 @@ class MissingDependency(CairnError):
     """An optional extra or a model is not installed: exit 1."""
 
 
-class DaemonUnavailable(CairnError):
-    """The model daemon did not answer: exit 1."""
-
-
 class DeadlineExceeded(CairnError):
     """The caller stopped waiting: the work is abandoned before anything is written."""
 

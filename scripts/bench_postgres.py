@@ -198,7 +198,7 @@ def main() -> int:
     envs: dict[str, dict] = {}
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            extra = {"CAIRN_RERANKER_ENABLED": "false", "CAIRN_HOOK_SCOPE": "bench", "CAIRN_DAEMON_AUTOSTART": "false"}
+            extra = {"CAIRN_RERANKER_ENABLED": "false", "CAIRN_HOOK_SCOPE": "bench"}
             mem, eph = server.create_database("mem"), server.create_database("eph")
             urls = {"CAIRN_DB_URL": mem, "CAIRN_EPHEMERAL_DB_URL": eph}
             envs["sqlite"] = env_for(Path(tmp) / "sqlite", **extra)

@@ -8,7 +8,7 @@ import pytest
 
 from cairn_cli.config import Settings
 from cairn_cli.core.experiment import ab, rules
-from cairn_cli.core.store import deliveries, state
+from cairn_cli.core.store import deliveries
 from cairn_cli.core.store.dedup import add_memories
 
 # storage-facing: every test here runs on SQLite and on PostgreSQL (tests/conftest.py `backend`)
@@ -105,14 +105,14 @@ def test_b_that_wins_enough_sessions_with_the_grade_guard_is_promoted(cli):
     now = ab.arms(s)
     assert now.b_instruction == "Name the file a memory is about first." and now.queue == []
     assert now.versions["B"] == ab.b_version("gen-2", now.b_instruction)
-    audit = state.describe(rules.VERSION_KEY, s).history[-1]
+    audit = _audit(rules.VERSION_KEY)[1][-1]
     assert audit["by"] == "cairn ab selfmod" and audit["new"] == "gen-2"
-    assert state.describe(ab.VERSIONS_KEY, s).history[-1]["evidence"]["wins"] == 12
+    assert _audit(ab.VERSIONS_KEY)[1][-1]["evidence"]["wins"] == 12
     # selfmod again: the new B has no data, nothing changes (idempotent under cron)
-    before = [state.describe(k, s).history for k in (rules.VERSION_KEY, ab.VERSIONS_KEY, ab.B_KEY)]
+    before = [_audit(k)[1] for k in (rules.VERSION_KEY, ab.VERSIONS_KEY, ab.B_KEY)]
     again = orjson.loads(cli("ab", "selfmod", "--json").stdout)
     assert again["decision"]["decision"] == "continue" and again["applied"] is None
-    assert [state.describe(k, s).history for k in (rules.VERSION_KEY, ab.VERSIONS_KEY, ab.B_KEY)] == before
+    assert [_audit(k)[1] for k in (rules.VERSION_KEY, ab.VERSIONS_KEY, ab.B_KEY)] == before
 
 
 def test_the_grade_guard_blocks_a_b_whose_memories_are_graded_worse():
@@ -192,3 +192,11 @@ def test_only_mature_sessions_count_and_only_on_deliveries_inside_their_window()
         ).execute()
     assert ab.evaluate(ten_days_on).wins == 12
     assert ab.evaluate(ten_days_on).arms[1]["deliveries"] == 48 + 5 * 12  # the status still shows them all
+
+
+def _audit(key: str) -> tuple:
+    """(value, audit trail) of a machine-state key as stored; (None, []) when it was never set."""
+    from cairn_cli.db.tables import MachineState
+
+    row = MachineState.get_or_none(MachineState.key == key)
+    return (None, []) if row is None else (row.value, list(row.history))

@@ -158,16 +158,15 @@ def test_subagent_rows_are_never_touched(history, cli):
 
 def test_each_run_is_audited_with_its_counts_threshold_and_model(history, cli):
     from cairn_cli.core.hooks.backfill import STATE_KEY
-    from cairn_cli.core.store import state
 
     cli("backfill-semantic")
     cli("backfill-semantic")
-    trail = state.describe(STATE_KEY, Settings())
-    assert len(trail.history) == 2
-    first = trail.history[0]["new"]
+    trail = _audit(STATE_KEY)[1]
+    assert len(trail) == 2
+    first = trail[0]["new"]
     assert (first["examined"], first["rescued"], first["model"]) == (2, 1, "hashing")
     assert first["threshold"] == Settings().ENGAGEMENT_SEMANTIC_MIN
-    assert trail.history[1]["new"]["examined"] == 0
+    assert trail[1]["new"]["examined"] == 0
 
 
 def test_filters_limit_and_the_table_report(history, cli):
@@ -301,3 +300,11 @@ def test_real_transcript_a_paraphrase_is_rescued_and_an_unrelated_memory_is_not(
     assert 0.40 <= rescued["engaged_semantic"] < Settings().ENGAGEMENT_SEMANTIC_MIN + 1
     assert kept["engaged"] is False and kept["engaged_semantic"] < 0.2
     assert json.loads(cli("backfill-semantic", "--json").stdout)["examined"] == 0
+
+
+def _audit(key: str) -> tuple:
+    """(value, audit trail) of a machine-state key as stored; (None, []) when it was never set."""
+    from cairn_cli.db.tables import MachineState
+
+    row = MachineState.get_or_none(MachineState.key == key)
+    return (None, []) if row is None else (row.value, list(row.history))

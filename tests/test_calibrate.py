@@ -185,9 +185,9 @@ def test_apply_writes_audited_state_once_and_the_floor_is_used(cli, calibrate_cl
     assert first["applied"] is True
     again = calibrate_cli("--model", MSMARCO, "--apply")
     assert again.exit_code == 0 and "unchanged" in again.stderr
-    audit = state.describe(FLOOR_KEY.format(MSMARCO), Settings())
-    assert audit.value == 2.0 and len(audit.history) == 1
-    record = audit.history[0]
+    value, history = _audit(FLOOR_KEY.format(MSMARCO))
+    assert value == 2.0 and len(history) == 1
+    record = history[0]
     assert (record["by"], record["old"], record["new"]) == ("cairn calibrate-floor", None, 2.0)
     assert "keeps 19/20 grade-3" in record["reason"] and "drops 4/6 grade-0" in record["reason"]
     assert record["evidence"]["counts"] == {"0": 6, "1": 3, "2": 4, "3": 20} and record["evidence"]["keep"] == 0.95
@@ -231,3 +231,11 @@ def test_plot_without_matplotlib_names_the_extra(cli, calibrate_cli, tmp_path, m
     assert result.exit_code == 1, result.output
     assert "--plot needs matplotlib (pip install 'cairn_cli[plot]')" in result.stderr
     assert not (tmp_path / "floor.png").exists()
+
+
+def _audit(key: str) -> tuple:
+    """(value, audit trail) of a machine-state key as stored; (None, []) when it was never set."""
+    from cairn_cli.db.tables import MachineState
+
+    row = MachineState.get_or_none(MachineState.key == key)
+    return (None, []) if row is None else (row.value, list(row.history))

@@ -15,10 +15,18 @@ def test_machine_state_keeps_an_audit_trail_and_is_idempotent():
     )
     assert not state.put("GENERATION_PROMPT_VERSION", "gen-v2", s, by="ab selfmod", reason="again")
     assert state.put("GENERATION_PROMPT_VERSION", {"A": "gen-v3"}, s, by="operator", reason="manual")
-    desc = state.describe("GENERATION_PROMPT_VERSION", s)
-    assert desc.value == {"A": "gen-v3"}
-    assert [(h["old"], h["new"], h["by"]) for h in desc.history] == [
+    value, history = _audit("GENERATION_PROMPT_VERSION")
+    assert value == {"A": "gen-v3"}
+    assert [(h["old"], h["new"], h["by"]) for h in history] == [
         (None, "gen-v2", "ab selfmod"),
         ("gen-v2", {"A": "gen-v3"}, "operator"),
     ]
-    assert desc.history[0]["evidence"] == {"sessions": 40}
+    assert history[0]["evidence"] == {"sessions": 40}
+
+
+def _audit(key: str) -> tuple:
+    """(value, audit trail) of a machine-state key as stored; (None, []) when it was never set."""
+    from cairn_cli.db.tables import MachineState
+
+    row = MachineState.get_or_none(MachineState.key == key)
+    return (None, []) if row is None else (row.value, list(row.history))

@@ -325,11 +325,11 @@ def test_auto_retrains_only_after_enough_new_labels_and_changes_nothing_otherwis
         assert cli("memory", "add", f"memory {i}").exit_code == 0
     _graded_delivery(1, "s", 1, "window one", grade=3)
     _graded_delivery(2, "s", 1, "window one", grade=0)
-    before = state.describe(training.STATE_KEY, Settings())
+    before = _audit(training.STATE_KEY)
     out = cli("train-reranker", "--auto", "--min-new-labels", "5", "--json")
     assert out.exit_code == 0 and orjson.loads(out.stdout)["outcome"] == "skipped"
     assert "2 new labels" in orjson.loads(out.stdout)["reason"]
-    assert state.describe(training.STATE_KEY, Settings()) == before and not training.silver_path().exists()
+    assert _audit(training.STATE_KEY) == before and not training.silver_path().exists()
     # enough labels but too few queries to hold any out: a clear error, still nothing deployed
     out = cli("train-reranker", "--auto", "--min-new-labels", "2")
     assert out.exit_code == 2 and "not enough labels" in out.output
@@ -478,3 +478,11 @@ def test_the_gate_ranks_under_the_composite_floor_users_get(cli, monkeypatch):
     report = _train_with(monkeypatch, FakeStudent(lambda t: grades.get(t, 0)))
     assert report["student_r5"] == report["incumbent_r5"] == 0.0, report
     assert report["outcome"] == "refused" and not _student_dir().exists(), report
+
+
+def _audit(key: str) -> tuple:
+    """(value, audit trail) of a machine-state key as stored; (None, []) when it was never set."""
+    from cairn_cli.db.tables import MachineState
+
+    row = MachineState.get_or_none(MachineState.key == key)
+    return (None, []) if row is None else (row.value, list(row.history))

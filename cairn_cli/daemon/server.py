@@ -38,8 +38,7 @@ from pathlib import Path
 import orjson
 
 from cairn_cli.config import Settings
-from cairn_cli.daemon import housekeeping
-from cairn_cli.daemon import singleton
+from cairn_cli.daemon import housekeeping, singleton
 from cairn_cli.daemon.client import HEARTBEAT_S, clear_backoff, socket_path, status_path
 from cairn_cli.errors import CairnError, DeadlineExceeded, InvalidInput
 from cairn_cli.files import atomic_write, private_dir

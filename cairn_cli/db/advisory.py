@@ -37,7 +37,7 @@ def store_lock(name: str) -> Iterator[bool]:
             db.execute_sql("SELECT pg_advisory_unlock(%s)", (key,))
 
 
-def lock_turn(kind: str, name: str) -> None:
+def transaction_lock(kind: str, name: str) -> None:
     """Take PostgreSQL's transaction advisory lock `name` (released when the caller's transaction ends); nothing on
     SQLite, which has one writer."""
     if _store.is_postgres(kind):

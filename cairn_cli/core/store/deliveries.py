@@ -58,13 +58,9 @@ class DeliveryView:
 
 
 def next_turn(session_id: str, settings: Settings) -> int:
-    from cairn_cli import db
+    from cairn_cli.db import turn_log
 
-    last = max(
-        db.execute("ephemeral", f"SELECT MAX(turn) FROM {table} WHERE session_id = ?", (session_id,))[0][0] or 0
-        for table in ("memory_deliveries", "hook_state")
-    )
-    return last + 1
+    return turn_log.last_turn(session_id) + 1
 
 
 def record(rows: list[DeliveryInput], settings: Settings) -> list[int]:
@@ -73,10 +69,10 @@ def record(rows: list[DeliveryInput], settings: Settings) -> list[int]:
     import orjson
 
     from cairn_cli import db
+    from cairn_cli.db import turn_log
 
     ids = sorted({r.memory_id for r in rows})
-    sql = f"SELECT id FROM memories WHERE id IN ({db.marks(len(ids))})"
-    known = {r[0] for r in db.execute("memory", sql, ids)} if ids else set()
+    known = turn_log.known_memories(ids)
     missing = sorted(set(ids) - known)
     if missing:
         raise NotFound(f"unknown memory id(s) {missing}", "see `cairn memory list`; nothing was logged")
@@ -104,6 +100,7 @@ def log_external(rows: list[DeliveryInput], settings: Settings) -> Logged:
     that resends a record after a timeout does not count its deliveries twice. On PostgreSQL two clients sending
     the same turn at once are serialised (a transaction advisory lock on the turn); SQLite has one writer."""
     from cairn_cli import db
+    from cairn_cli.db import advisory, turn_log
 
     if not rows:
         return Logged([], [])
@@ -111,19 +108,9 @@ def log_external(rows: list[DeliveryInput], settings: Settings) -> Logged:
     if any((r.session_id, r.turn, r.context_key) != (first.session_id, first.turn, first.context_key) for r in rows):
         raise InvalidInput("a record holds one turn's deliveries", "send one record per session, turn and window")
     with db.transaction("ephemeral"):
-        if db.is_postgres("ephemeral"):
-            db.execute(
-                "ephemeral", "SELECT pg_advisory_xact_lock(hashtext(?))", [f"log:{first.session_id}:{first.turn}"]
-            )
+        advisory.transaction_lock("ephemeral", f"log:{first.session_id}:{first.turn}")
         ids = [r.memory_id for r in rows]
-        logged = dict(
-            db.execute(
-                "ephemeral",
-                "SELECT memory_id, MIN(id) FROM memory_deliveries WHERE session_id = ? AND turn = ? AND context_key = ?"
-                f" AND memory_id IN ({db.marks(len(ids))}) GROUP BY memory_id",
-                [first.session_id, first.turn, first.context_key, *ids],
-            )
-        )
+        logged = turn_log.logged(first.session_id, first.turn, first.context_key, ids)
         fresh = [r for r in rows if r.memory_id not in logged]
         return Logged(record(fresh, settings) if fresh else [], [logged[i] for i in ids if i in logged])
 

@@ -14,13 +14,12 @@ def record_turn(session_id: str, turn: int, *, context_key: str, hook: dict) -> 
     import orjson
 
     from cairn_cli import db
+    from cairn_cli.db import turn_log
 
     data = {k: v for k, v in hook.items() if k not in ("transcript_path", "agent_id", "is_subagent", "arm")}
     if isinstance(data.get("prompt"), str):
         data["prompt"] = data["prompt"][:PROMPT_CHARS]
-    rows = db.execute(
-        "ephemeral", "SELECT id, data FROM hook_state WHERE session_id = ? AND turn = ?", (session_id, turn)
-    )
+    row = turn_log.turn_row(session_id, turn)
     fields = {
         "transcript_path": hook.get("transcript_path"),
         "agent_id": hook.get("agent_id"),
@@ -28,7 +27,7 @@ def record_turn(session_id: str, turn: int, *, context_key: str, hook: dict) -> 
         "arm": hook.get("arm"),
         "context_key": context_key,
     }
-    if not rows:
+    if row is None:
         values = {
             "session_id": session_id,
             "turn": turn,
@@ -39,13 +38,9 @@ def record_turn(session_id: str, turn: int, *, context_key: str, hook: dict) -> 
         }
         db.insert("ephemeral", "hook_state", values)
     else:
-        row_id, stored = rows[0]
+        row_id, stored = row
         values = {**fields, "data": orjson.dumps({**(orjson.loads(stored) if stored else {}), **data}).decode()}
-        db.execute(
-            "ephemeral",
-            f"UPDATE hook_state SET {', '.join(f'{k} = ?' for k in values)} WHERE id = ?",
-            [*values.values(), row_id],
-        )
+        turn_log.update_turn(row_id, values)
 
 
 def get_turn(session_id: str, turn: int):

@@ -3,7 +3,6 @@ deployed student), each with an audit trail of who set what, when and why. Never
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from cairn_cli.clock import utcnow
@@ -12,34 +11,17 @@ from cairn_cli.config import Settings
 HISTORY_LIMIT = 200
 
 
-@dataclass
-class StateValue:
-    key: str
-    value: Any
-    updated_at: str | None
-    history: list[dict]
-
-
 def get(key: str, settings: Settings, default: Any = None) -> Any:
     """The value of `key` (plain SQL: the hot path reads the floors and the generation rules through the lean
     connection too)."""
     import orjson
 
-    from cairn_cli import db
+    from cairn_cli.db import machine_state
 
-    rows = db.execute("memory", "SELECT value FROM machine_state WHERE key = ?", (key,))
-    if not rows:
-        return default
-    return None if rows[0][0] is None else orjson.loads(rows[0][0])
-
-
-def describe(key: str, settings: Settings) -> StateValue:
-    from cairn_cli.db.tables import MachineState
-
-    row = MachineState.get_or_none(MachineState.key == key)
+    row = machine_state.value_json(key)
     if row is None:
-        return StateValue(key, None, None, [])
-    return StateValue(key, row.value, row.updated_at.isoformat(timespec="seconds"), list(row.history))
+        return default
+    return None if row[0] is None else orjson.loads(row[0])
 
 
 def put(key: str, value: Any, settings: Settings, *, by: str, reason: str, evidence: dict | None = None) -> bool:
