@@ -4,6 +4,7 @@ a function, read with ast."""
 from __future__ import annotations
 
 import ast
+import re
 
 import pytest
 
@@ -80,3 +81,29 @@ def test_core_stages_import_one_way():
             continue
         upward = {m for m in _imports(path) if (s := _stage(m)) is not None and s > here}
         assert not upward, f"{module} imports a later stage: {sorted(upward)}"
+
+
+
+# a statement as cairn writes one: an upper-case SQL verb at the start of a string literal (or of an f-string)
+_SQL = re.compile(r"^\s*(SELECT|INSERT|UPDATE|DELETE|CREATE|DROP|ALTER|PRAGMA|WITH|BEGIN|VACUUM|ANALYZE)\s")
+# core/ranking/fallback.py still reads the full-text index in SQL of its own: another branch moves it into db/
+_SQL_EXEMPT = {"core/ranking/fallback.py"}
+
+
+def _sql_strings(path) -> list[str]:
+    """The string literals of a module (an f-string's leading text too) that begin as a SQL statement does."""
+    texts = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant):
+            texts.append(str(node.values[0].value))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            texts.append(node.value)
+    return [t for t in texts if _SQL.match(t)]
+
+
+def test_only_db_writes_sql():
+    for path in sorted(PKG.rglob("*.py")):
+        where = path.relative_to(PKG).as_posix()
+        if where.startswith("db/") or where in _SQL_EXEMPT:
+            continue
+        assert not _sql_strings(path), f"{where} holds SQL: {_sql_strings(path)}"

@@ -167,15 +167,11 @@ def _unreadable(kind: str, where: str, exc: BaseException) -> Finding:
 
 def _check_open_store(kind: str, where: str, database) -> Finding:
     from cairn_cli import db
+    from cairn_cli.db import integrity
 
     name = f"{kind} store"
     try:
-        if db.is_postgres_database(database):
-            database.execute_sql("SELECT 1").fetchall()
-            verdict = "ok"
-        else:
-            rows = database.execute_sql("PRAGMA quick_check").fetchall()
-            verdict = "; ".join(str(r[0]) for r in rows[:5])
+        verdict = integrity.verdict(database)
         pending = db.pending_migrations(kind, database)
     except db.errors() as exc:
         return _unreadable(kind, where, exc)
