@@ -37,7 +37,7 @@ def settings(**overrides) -> Settings:
     return Settings(**{**_globals, **{k: v for k, v in overrides.items() if v is not None}})
 
 
-def store(*, read_only: bool = False, create: bool = False, **overrides) -> Settings:
+def opened_settings(*, read_only: bool = False, create: bool = False, **overrides) -> Settings:
     """The settings, with the memory store and the delivery log opened once for this command. A store that does
     not exist is an error naming it (a mistyped --db-url never becomes a new empty store), except the default ones
     under CAIRN_HOME, and any when the command makes its stores on purpose (`create`). `read_only`: not even the

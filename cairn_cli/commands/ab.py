@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from cairn_cli import output
-from cairn_cli.commands._common import DryRun, Json, store
+from cairn_cli.commands._common import DryRun, Json, opened_settings
 from cairn_cli.hotpath import MAX_TURN
 
 
@@ -25,7 +25,7 @@ def assign(
     """
     from cairn_cli.core.experiment import ab
 
-    result = ab.assign_turn(session, turn, is_subagent=subagent, settings=store())
+    result = ab.assign_turn(session, turn, is_subagent=subagent, settings=opened_settings())
     output.json_out(result) if json else output.text_out(
         f"turn {result['turn']}: arm {result['arm'] or '-'} ({result['version']})"
     )
@@ -40,7 +40,7 @@ def status(json: Json = False) -> None:
     from cairn_cli.core.experiment import ab
     from cairn_cli.core.replay.run import latest_verdict, verdict_line
 
-    s = store(read_only=True)
+    s = opened_settings(read_only=True)
     current = ab.arms(s)
     decision = ab.evaluate(s)
     offline = latest_verdict(current.versions.get("B"))
@@ -94,7 +94,7 @@ def status(json: Json = False) -> None:
 def _decide(dry_run: bool, json: bool, by: str) -> None:
     from cairn_cli.core.experiment import ab
 
-    s = store()
+    s = opened_settings()
     with ab.selfmod_lock() as locked:
         if not locked:
             output.message("another `cairn ab` promotion holds the lock; nothing done")
@@ -139,7 +139,7 @@ def queue_add(
     """
     from cairn_cli.core.experiment import ab
 
-    s = store()
+    s = opened_settings()
     queue = ab.queue_add(instruction, s)
     current = ab.arms(s)
     output.json_out({"queue": queue, "b_instruction": current.b_instruction}) if json else output.message(
@@ -152,7 +152,7 @@ def queue_list(json: Json = False) -> None:
     from cairn_cli.core.experiment import ab
     from cairn_cli.core.replay.run import latest_verdict, verdict_line
 
-    current = ab.arms(store(read_only=True))
+    current = ab.arms(opened_settings(read_only=True))
     rows = []
     for i, text in enumerate(current.queue):
         version = ab.b_version(current.versions["A"], text)

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from cairn_cli import output
-from cairn_cli.commands._common import Json, Session, Since, store
+from cairn_cli.commands._common import Json, Session, Since, opened_settings
 
 
 def backfill_semantic(
@@ -45,7 +45,7 @@ def backfill_semantic(
             return stack.enter_context(output.progress(total, what, unit="delivery"))
 
         report = backfill.run(
-            store(read_only=dry_run),
+            opened_settings(read_only=dry_run),
             opts,
             embed_with_model=dispatch.embed_daemon_first,
             progress=None if json else progress,

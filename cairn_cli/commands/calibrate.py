@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from cairn_cli import output
-from cairn_cli.commands._common import Json, store
+from cairn_cli.commands._common import Json, opened_settings
 
 
 class Target(str, Enum):
@@ -63,7 +63,7 @@ def calibrate_floor(
     """
     from cairn_cli.core.learning import calibration
 
-    s = store(read_only=not apply)
+    s = opened_settings(read_only=not apply)
     report = calibration.calibrate(
         s, target=target.value, model=model, keep=keep, min_grade3=min_grade3, method=method, instance=instance
     )

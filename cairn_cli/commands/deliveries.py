@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from cairn_cli import output
-from cairn_cli.commands._common import Json, store
+from cairn_cli.commands._common import Json, opened_settings
 from cairn_cli.hotpath import MAX_TURN, read_text_arg
 
 LOG_DELIVERY_HELP = """Record deliveries made by another ranker (JSON object on stdin or as the argument).
@@ -52,7 +52,7 @@ def log_delivery(
             raise InvalidInput(
                 f"the delivery is not valid JSON ({exc.msg})", "see `cairn log-delivery --help`"
             ) from None
-    logged = deliveries.log_external(deliveries.parse_external(data), store())
+    logged = deliveries.log_external(deliveries.parse_external(data), opened_settings())
     if json:
         output.json_out({"delivery_ids": logged.ids, "already_logged": logged.already})
     else:
@@ -75,7 +75,7 @@ def list_deliveries(
     """
     from cairn_cli.core.store import deliveries
 
-    views = deliveries.list_deliveries(store(read_only=True), session_id=session, turn=turn, limit=limit)
+    views = deliveries.list_deliveries(opened_settings(read_only=True), session_id=session, turn=turn, limit=limit)
     if json:
         output.json_out(views)
         return

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from cairn_cli import output
-from cairn_cli.commands._common import Json, ResponseFile, read_response, settings, store
+from cairn_cli.commands._common import Json, ResponseFile, opened_settings, read_response, settings
 from cairn_cli.hotpath import MAX_TURN
 
 
@@ -58,7 +58,7 @@ def engage(
         text = read_response(response, file)
     if not text.strip():
         raise InvalidInput("the response is empty", "pass the response text the memories were delivered for")
-    report = apply_engagement(session, text, store(), turn=turn, prompt=prompt, embed=dispatch.embed)
+    report = apply_engagement(session, text, opened_settings(), turn=turn, prompt=prompt, embed=dispatch.embed)
     if json:
         output.json_out(report.as_dict())
         return

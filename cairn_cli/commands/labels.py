@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from cairn_cli import output
-from cairn_cli.commands._common import Json, ResponseFile, read_response, store
+from cairn_cli.commands._common import Json, ResponseFile, opened_settings, read_response
 from cairn_cli.hotpath import MAX_TURN
 
 
@@ -36,7 +36,7 @@ def grade(
     cm = parse_cm(read_response(response, file))
     if not cm.found:
         raise InvalidInput("the response has no [cm] block", "see docs/cm-block.md for the format")
-    report = apply_relevance_grades(cm, session, store(), turn=turn)
+    report = apply_relevance_grades(cm, session, opened_settings(), turn=turn)
     if json:
         output.json_out(report.as_dict())
     else:

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from cairn_cli import output
-from cairn_cli.commands._common import Json, store
+from cairn_cli.commands._common import Json, opened_settings
 from cairn_cli.core.text import GLOBAL_SCOPE
 
 
@@ -44,7 +44,7 @@ def add(
     from cairn_cli.daemon.dispatch import embed_daemon_first
 
     notes: list[str] = []
-    result = dedup.add_memories([entry], store(create=True), embed=embed_daemon_first, notes=notes)[0]
+    result = dedup.add_memories([entry], opened_settings(create=True), embed=embed_daemon_first, notes=notes)[0]
     for note in notes:
         output.message(note)
     if json:
@@ -83,7 +83,7 @@ def import_(
     with output.progress(lines, "importing") as tick:
         report = importing.import_jsonl(
             file,
-            store(create=True),
+            opened_settings(create=True),
             source_ref=source_ref,
             skip_invalid=skip_invalid,
             progress=tick,
@@ -126,7 +126,9 @@ def list_(
     """
     from cairn_cli.core.store import memories
 
-    views = memories.list_memories(store(read_only=True), scope=scope, kind=kind, include_superseded=all_, limit=limit)
+    views = memories.list_memories(
+        opened_settings(read_only=True), scope=scope, kind=kind, include_superseded=all_, limit=limit
+    )
     if json:
         output.json_out(views)
         return
@@ -145,7 +147,7 @@ def show(memory_id: Annotated[int, typer.Argument(help="Memory id.")], json: Jso
     """
     from cairn_cli.core.store import memories, merges
 
-    settings = store(read_only=True)
+    settings = opened_settings(read_only=True)
     view, merged = memories.get_memory(memory_id, settings), merges.merges_of(memory_id, settings)
     if json:
         output.json_out({**vars(view), "merges": merged})
@@ -171,14 +173,14 @@ def supersede(
     """
     from cairn_cli.core.store import memories
 
-    view = memories.supersede(old, new, store())
+    view = memories.supersede(old, new, opened_settings())
     output.json_out(view) if json else output.text_out(f"memory {old} is superseded by {new}")
 
 
 def _evidence(ids: list[int], json: bool, corroborate: bool) -> None:
     from cairn_cli.core.store import evidence
 
-    views = evidence.record_evidence(ids, store(), corroborate=corroborate)
+    views = evidence.record_evidence(ids, opened_settings(), corroborate=corroborate)
     if json:
         output.json_out(views)
     else:
@@ -213,5 +215,5 @@ def embed(json: Json = False) -> None:
     from cairn_cli.core.store import embeddings
 
     with output.progress(None, "embedding") as tick:
-        n = embeddings.embed_missing(store(), progress=tick)
+        n = embeddings.embed_missing(opened_settings(), progress=tick)
     output.json_out({"embedded": n}) if json else output.text_out(f"embedded {n} memories")

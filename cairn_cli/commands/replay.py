@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from cairn_cli import output
-from cairn_cli.commands._common import Json, Since, store
+from cairn_cli.commands._common import Json, Since, opened_settings
 
 
 class BackendKind(str, Enum):
@@ -88,7 +88,7 @@ def run(
     from cairn_cli.core.replay import run as replay
     from cairn_cli.core.replay.sessions import sessions as find_sessions
 
-    s = store()  # a dry run too: the arms are machine-managed state (a fresh home gets its empty stores)
+    s = opened_settings()  # a dry run too: the arms are machine-managed state (a fresh home gets its empty stores)
     if resume is not None:
         cfg = replay.ReplayConfig(**replay.get_run(resume).config)
         cfg.max_calls, cfg.max_cost_usd = max_calls, max_cost_usd  # a cap is this invocation's, never inherited
@@ -175,7 +175,7 @@ def report(
     """
     from cairn_cli.core.replay import run as replay
 
-    store(read_only=True)
+    opened_settings(read_only=True)
     row = replay.get_run(run_id)
     data = row.report or {"run": row.id, "status": row.status, "note": "no report yet (the run did not finish)"}
     if plot is not None and row.report:
@@ -197,7 +197,7 @@ def list_(json: Json = False) -> None:
     """
     from cairn_cli.core.replay import run as replay
 
-    store(read_only=True)
+    opened_settings(read_only=True)
     runs = replay.list_runs()
     if json:
         output.json_out(runs)

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from cairn_cli import output
-from cairn_cli.commands._common import Instance, Json, Session, Since, store
+from cairn_cli.commands._common import Instance, Json, Session, Since, opened_settings
 
 
 class Bucket(str, Enum):
@@ -48,7 +48,7 @@ def deliveries(
     from cairn_cli.core import stats
 
     asked = stats.methods_asked(method)
-    s, start = store(read_only=True), stats.parse_since(since)
+    s, start = opened_settings(read_only=True), stats.parse_since(since)
     groups = stats.delivery_stats(s, since=start, session=session, instance=instance)
     if asked is not None:
         for g in groups:
@@ -101,7 +101,11 @@ def labels(
     from cairn_cli.core import stats
 
     rows = stats.label_volume(
-        store(read_only=True), since=stats.parse_since(since), session=session, bucket=bucket.value, instance=instance
+        opened_settings(read_only=True),
+        since=stats.parse_since(since),
+        session=session,
+        bucket=bucket.value,
+        instance=instance,
     )
     if json:
         output.json_out(rows)
@@ -125,7 +129,11 @@ def prompts(
     from cairn_cli.core import stats
 
     rows = stats.prompt_stats(
-        store(read_only=True), since=stats.parse_since(since), session=session, bucket=bucket.value, instance=instance
+        opened_settings(read_only=True),
+        since=stats.parse_since(since),
+        session=session,
+        bucket=bucket.value,
+        instance=instance,
     )
     if json:
         output.json_out(rows)
@@ -153,7 +161,7 @@ def dedup(
     """
     from cairn_cli.core import stats
 
-    rows = stats.dedup_stats(store(read_only=True), since=stats.parse_since(since), session=session)
+    rows = stats.dedup_stats(opened_settings(read_only=True), since=stats.parse_since(since), session=session)
     if json:
         output.json_out(rows)
     elif not rows:
@@ -186,7 +194,9 @@ def floors(
     """
     from cairn_cli.core import stats
 
-    rows = stats.floor_stats(store(read_only=True), since=stats.parse_since(since), session=session, instance=instance)
+    rows = stats.floor_stats(
+        opened_settings(read_only=True), since=stats.parse_since(since), session=session, instance=instance
+    )
     if json:
         output.json_out(rows)
         return
@@ -260,7 +270,7 @@ def instances(since: Since = None, json: Json = False) -> None:
     """
     from cairn_cli.core import stats
 
-    rows = stats.instance_stats(store(read_only=True), since=stats.parse_since(since))
+    rows = stats.instance_stats(opened_settings(read_only=True), since=stats.parse_since(since))
     if json:
         output.json_out(rows)
         return
@@ -286,7 +296,7 @@ def stores(json: Json = False) -> None:
     """
     from cairn_cli.core.store.sizes import store_sizes
 
-    report = store_sizes(store(read_only=True))
+    report = store_sizes(opened_settings(read_only=True))
     if json:
         output.json_out(report.as_dict())
         return

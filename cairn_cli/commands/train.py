@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from cairn_cli import output
-from cairn_cli.commands._common import Json, store
+from cairn_cli.commands._common import Json, opened_settings
 
 
 class Device(str, Enum):
@@ -155,7 +155,9 @@ def train_reranker(
         def progress(total: int, what: str):
             return stack.enter_context(output.progress(total, what, unit="pair"))
 
-        outcome = training.run_job(store(read_only=export or dry_run), opts, job, progress=None if json else progress)
+        outcome = training.run_job(
+            opened_settings(read_only=export or dry_run), opts, job, progress=None if json else progress
+        )
     output.json_out(outcome) if json else _render(outcome)
 
 
