@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import orjson
@@ -82,3 +82,15 @@ def progress(
         yield bar.update
     finally:
         bar.close()
+
+
+@contextmanager
+def progress_bars(unit: str, *, enabled: bool = True) -> Iterator[Callable[[int, str], Callable[[int], None]] | None]:
+    """Bars a long job opens as it goes: yields `start(total, desc)`, which opens one more `progress` bar and returns
+    its callback (every bar is closed when the block ends); None when not enabled (--json: no bar)."""
+    with ExitStack() as stack:
+
+        def start(total: int, desc: str) -> Callable[[int], None]:
+            return stack.enter_context(progress(total, desc, unit=unit))
+
+        yield start if enabled else None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from contextlib import ExitStack
 from typing import Annotated
 
 import typer
@@ -39,20 +38,14 @@ def backfill_semantic(
     opts = backfill.BackfillOptions(
         dry_run=dry_run, limit=limit, since=stats.parse_since(since), session=session, batch_size=batch_size
     )
-    with ExitStack() as stack:
-
-        def progress(total: int, what: str):
-            return stack.enter_context(output.progress(total, what, unit="delivery"))
-
+    with output.progress_bars("delivery", enabled=not json) as bars:
         report = backfill.run(
-            opened_settings(read_only=dry_run),
-            opts,
-            embed_with_model=dispatch.embed_daemon_first,
-            progress=None if json else progress,
+            opened_settings(read_only=dry_run), opts, embed_with_model=dispatch.embed_daemon_first, progress=bars
         )
-    if json:
-        output.json_out(report.as_dict())
-        return
+    output.json_out(report.as_dict()) if json else _show(report)
+
+
+def _show(report) -> None:
     share = "" if report.rescued_share is None else f" ({report.rescued_share:.1%})"
     output.key_values(
         {

@@ -25,28 +25,33 @@ def _show(st, json: bool) -> None:
         )
         plan = st.health.get("rerank_plan")
         if plan:
-            output.text_out(f"rerank plan: {plan['reason']}")
-            seen = plan.get("observed") or {}
-            margin = plan.get("margin")
-            if margin is not None:
-                output.text_out(
-                    f"  p95 margin {margin:g}"
-                    + (
-                        f", learnt from {seen['calls']} stage calls (observed p95 {seen['p95_ms']:g} ms)"
-                        if seen
-                        else " (not yet learnt from live calls)"
-                    )
-                )
-            for precision, by_length in sorted(plan.get("throughput", {}).items()):
-                fid = plan.get("fidelity", {}).get(precision, {})
-                speeds = ", ".join(f"{n} tokens {v:g}" for n, v in sorted(by_length.items(), key=lambda x: -int(x[0])))
-                verdict = "accepted" if fid.get("accepted") else "refused"
-                output.text_out(
-                    f"  {precision}: pairs/s {speeds}; vs fp32 top-5 {fid.get('top5')}, "
-                    f"Spearman {fid.get('spearman')} ({verdict})"
-                )
+            _show_plan(plan)
         for w in st.health.get("warnings", []):
             output.message(f"warning: {w}")
+
+
+def _show_plan(plan: dict) -> None:
+    """The reranking plan the daemon measured: its reason, its latency margin, each precision's speed and fidelity."""
+    output.text_out(f"rerank plan: {plan['reason']}")
+    seen = plan.get("observed") or {}
+    margin = plan.get("margin")
+    if margin is not None:
+        output.text_out(
+            f"  p95 margin {margin:g}"
+            + (
+                f", learnt from {seen['calls']} stage calls (observed p95 {seen['p95_ms']:g} ms)"
+                if seen
+                else " (not yet learnt from live calls)"
+            )
+        )
+    for precision, by_length in sorted(plan.get("throughput", {}).items()):
+        fid = plan.get("fidelity", {}).get(precision, {})
+        speeds = ", ".join(f"{n} tokens {v:g}" for n, v in sorted(by_length.items(), key=lambda x: -int(x[0])))
+        verdict = "accepted" if fid.get("accepted") else "refused"
+        output.text_out(
+            f"  {precision}: pairs/s {speeds}; vs fp32 top-5 {fid.get('top5')}, "
+            f"Spearman {fid.get('spearman')} ({verdict})"
+        )
 
 
 def start(

@@ -3,7 +3,6 @@ SQLite and PostgreSQL (core/store/copy.py)."""
 
 from __future__ import annotations
 
-from contextlib import ExitStack
 from enum import Enum
 from typing import Annotated
 
@@ -74,54 +73,49 @@ def copy(
     Example: cairn db copy --from sqlite:///$HOME/.local/share/cairn/memory.db --to postgresql://cairn@db/cairn --store memory
     """
     from cairn_cli.core.store.copy import copy_store
+
+    with output.progress_bars("row", enabled=not json) as bars:
+        report = copy_store(
+            store.value, from_url, to_url, overwrite=overwrite, dry_run=dry_run, batch=batch_size, progress=bars
+        )
+    output.json_out(report.as_dict()) if json else _show_copy(report, dry_run)
+    if not report.ok:
+        _refuse_unverified(report)
+
+
+def _show_copy(report, dry_run: bool) -> None:
+    rows = [
+        {
+            "table": t.table,
+            "source rows": t.source_rows,
+            "copied": t.copied,
+            "unchanged": t.unchanged,
+            "replaced": t.replaced,
+            "target rows": "-" if t.target_rows is None else t.target_rows,
+            "target total": "-" if t.target_total is None else t.target_total,
+            "checksum equal": "-" if t.equal is None else ("yes" if t.equal else "NO"),
+        }
+        for t in report.tables
+    ]
+    columns = ["table", "source rows", "copied", "unchanged", "replaced", "target rows", "target total"]
+    title = f"{report.store} store: {report.source} -> {report.target}" + (" (dry run)" if dry_run else "")
+    output.table(rows, [*columns, "checksum equal"], title=title)
+    if report.fulltext_indexed is not None:
+        step = "in step" if report.fulltext_in_step else "NOT in step"
+        output.message(f"full-text index: {report.fulltext_indexed} memories indexed on the target, {step}")
+    if dry_run:
+        output.message(f"dry run: {report.copied} rows would be copied; nothing written")
+    elif report.copied == 0:
+        output.message("nothing to copy: the target already holds every row")
+    else:
+        output.message(f"copied {report.copied} rows")
+
+
+def _refuse_unverified(report) -> None:
+    """Exit 1 naming what differs: a copy that does not verify."""
     from cairn_cli.errors import CairnError
 
-    with ExitStack() as stack:
-
-        def progress(total: int, what: str):
-            return stack.enter_context(output.progress(total, what, unit="row"))
-
-        report = copy_store(
-            store.value,
-            from_url,
-            to_url,
-            overwrite=overwrite,
-            dry_run=dry_run,
-            batch=batch_size,
-            progress=None if json else progress,
-        )
-    if json:
-        output.json_out(report.as_dict())
-    else:
-        rows = [
-            {
-                "table": t.table,
-                "source rows": t.source_rows,
-                "copied": t.copied,
-                "unchanged": t.unchanged,
-                "replaced": t.replaced,
-                "target rows": "-" if t.target_rows is None else t.target_rows,
-                "target total": "-" if t.target_total is None else t.target_total,
-                "checksum equal": "-" if t.equal is None else ("yes" if t.equal else "NO"),
-            }
-            for t in report.tables
-        ]
-        columns = ["table", "source rows", "copied", "unchanged", "replaced", "target rows", "target total"]
-        title = f"{report.store} store: {report.source} -> {report.target}" + (" (dry run)" if dry_run else "")
-        output.table(rows, [*columns, "checksum equal"], title=title)
-        if report.fulltext_indexed is not None:
-            step = "in step" if report.fulltext_in_step else "NOT in step"
-            output.message(f"full-text index: {report.fulltext_indexed} memories indexed on the target, {step}")
-        if dry_run:
-            output.message(f"dry run: {report.copied} rows would be copied; nothing written")
-        elif report.copied == 0:
-            output.message("nothing to copy: the target already holds every row")
-        else:
-            output.message(f"copied {report.copied} rows")
-    if not report.ok:
-        bad = [t.table for t in report.tables if t.equal is False] + (
-            ["full-text index"] * (not report.fulltext_in_step)
-        )
-        raise CairnError(
-            f"the copy does not verify: {', '.join(bad)} differ", "rerun with --overwrite, or inspect the target"
-        )
+    bad = [t.table for t in report.tables if t.equal is False] + (["full-text index"] * (not report.fulltext_in_step))
+    raise CairnError(
+        f"the copy does not verify: {', '.join(bad)} differ", "rerun with --overwrite, or inspect the target"
+    )

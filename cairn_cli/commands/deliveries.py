@@ -76,9 +76,10 @@ def list_deliveries(
     from cairn_cli.core.store import deliveries
 
     views = deliveries.list_deliveries(opened_settings(read_only=True), session_id=session, turn=turn, limit=limit)
-    if json:
-        output.json_out(views)
-        return
+    output.json_out(views) if json else _show(views)
+
+
+def _show(views) -> None:
     rows = [
         {
             **vars(v),

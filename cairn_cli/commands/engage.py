@@ -38,6 +38,14 @@ def engage(
     """
     from cairn_cli.core.labels.engagement import apply_engagement
     from cairn_cli.daemon import dispatch
+
+    text = _response_text(response, file, transcript)
+    report = apply_engagement(session, text, opened_settings(), turn=turn, prompt=prompt, embed=dispatch.embed)
+    output.json_out(report.as_dict()) if json else _show(report)
+
+
+def _response_text(response: str | None, file: Path | None, transcript: Path | None) -> str:
+    """The response judged: the argument, --file or stdin, or the last assistant text of --transcript."""
     from cairn_cli.errors import InvalidInput, NotFound
 
     if file is not None and transcript is not None:
@@ -58,10 +66,10 @@ def engage(
         text = read_response(response, file)
     if not text.strip():
         raise InvalidInput("the response is empty", "pass the response text the memories were delivered for")
-    report = apply_engagement(session, text, opened_settings(), turn=turn, prompt=prompt, embed=dispatch.embed)
-    if json:
-        output.json_out(report.as_dict())
-        return
+    return text
+
+
+def _show(report) -> None:
     output.text_out(
         f"session {report.session_id} turn {report.turn}: "
         f"{sum(d.engaged for d in report.decisions)}/{len(report.decisions)} engaged"

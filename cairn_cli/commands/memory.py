@@ -75,12 +75,8 @@ def import_(
     """
     from cairn_cli.core.store import importing
     from cairn_cli.daemon.dispatch import embed_daemon_first
-    from cairn_cli.hotpath import max_input_bytes
 
-    # the bar's total: only for a regular file import_jsonl will read (a FIFO or an oversized file is refused there)
-    small = file.is_file() and file.stat().st_size <= max_input_bytes()
-    lines = sum(1 for line in file.open("rb") if line.strip()) if small else None
-    with output.progress(lines, "importing") as tick:
+    with output.progress(importing.lines_to_import(file), "importing") as tick:
         report = importing.import_jsonl(
             file,
             opened_settings(create=True),
@@ -89,20 +85,10 @@ def import_(
             progress=tick,
             embed=embed_daemon_first,
         )
-    if json:
-        output.json_out(
-            {
-                "added": report.added,
-                "merged": report.merged,
-                "rejected": [{"line": n, "reason": r} for n, r in report.rejected],
-                "ids": [r.id for r in report.results],
-                "merged_by": {
-                    m: sum(r.method == m for r in report.results) for m in ("exact", "normalised", "semantic")
-                },
-                "notes": report.notes,
-            }
-        )
-        return
+    output.json_out(report.as_dict()) if json else _show_import(report)
+
+
+def _show_import(report) -> None:
     semantic = sum(r.method == "semantic" for r in report.results)
     output.text_out(
         f"added {report.added}, merged {report.merged} ({semantic} near-duplicates), rejected {len(report.rejected)}"

@@ -23,6 +23,25 @@ class ImportReport:
     results: list[AddResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
+    def as_dict(self) -> dict:
+        return {
+            "added": self.added,
+            "merged": self.merged,
+            "rejected": [{"line": n, "reason": r} for n, r in self.rejected],
+            "ids": [r.id for r in self.results],
+            "merged_by": {m: sum(r.method == m for r in self.results) for m in ("exact", "normalised", "semantic")},
+            "notes": self.notes,
+        }
+
+
+def lines_to_import(path: Path) -> int | None:
+    """The non-blank lines of a regular file `import_jsonl` will read (a progress bar's total); None for a FIFO or an
+    oversized file, which it refuses."""
+    from cairn_cli.hotpath import max_input_bytes
+
+    small = path.is_file() and path.stat().st_size <= max_input_bytes()
+    return sum(1 for line in path.open("rb") if line.strip()) if small else None
+
 
 def parse_jsonl(
     path: Path, *, default_source_ref: str | None = None
