@@ -61,7 +61,8 @@ def assert_in_step() -> None:
         assert got[memory_id][6] == row[6], memory_id
     if isinstance(memory_proxy.obj, peewee.PostgresqlDatabase):
         for memory_id, tsv in _sql("SELECT memory_id, tsv::text FROM fulltext_docs"):
-            assert tsv == _sql("SELECT ?::tsvector::text", (search_index.tsvector(want[memory_id][5]),))[0][0], memory_id
+            want_tsv = search_index.tsvector(want[memory_id][5])
+            assert tsv == _sql("SELECT ?::tsvector::text", (want_tsv,))[0][0], memory_id
         return
     postings, df, df_meta, tf_max, dl_min = set(), Counter(), Counter(), Counter(), {}
     scopes: dict[str, list[int]] = {}
@@ -203,7 +204,9 @@ def test_an_index_that_cannot_be_brought_up_to_date_is_not_trusted(cli, monkeypa
     assert cli("memory", "import", EXAMPLES).exit_code == 0
     _sql("INSERT INTO fulltext_pending (memory_id) VALUES (1)")
     _sql("DELETE FROM fulltext_docs WHERE memory_id = 1")  # what an unindexed write looks like
-    monkeypatch.setattr(search_index, "sync_if_behind", lambda: "OperationalError: attempt to write a readonly database")
+    monkeypatch.setattr(
+        search_index, "sync_if_behind", lambda: "OperationalError: attempt to write a readonly database"
+    )
     request = RankRequest("integration tests fail with connection refused on port 5433", scope="webshop", log=False)
     result = rank(request, Settings(), _fallback())
     assert result.items[0].id == 1 and "full-text index behind and not writable" in result.notes[1]
@@ -571,7 +574,8 @@ def test_the_fallback_imports_no_numpy_and_the_daemon_down_hook_still_injects(ca
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
     env.update({"CAIRN_HOME": str(cairn_home), "CAIRN_EMBED_MODEL": "hashing", "CAIRN_DAEMON": "auto"})
     env.update({"CAIRN_HOOK_SCOPE": "webshop", "CAIRN_DAEMON_BACKOFF_S": "0", "PYTHONPATH": str(ROOT)})
-    marker = Path(singleton.spawn_path(cairn_home))  # "a daemon was just started": the hook's autostart starts none here
+    # "a daemon was just started": the hook's autostart starts none here
+    marker = Path(singleton.spawn_path(cairn_home))
     marker.parent.mkdir(parents=True, exist_ok=True)
     marker.write_text(f"{time.time():.3f} 0\n")  # stamped now: within the spawn grace, so no daemon is started
     heavy = ("numpy", "torch", "transformers", "sentence_transformers", "rich", "typer", "tqdm", "peewee", "argparse")

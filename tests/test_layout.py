@@ -83,7 +83,6 @@ def test_core_stages_import_one_way():
         assert not upward, f"{module} imports a later stage: {sorted(upward)}"
 
 
-
 # a statement as cairn writes one: an upper-case SQL verb at the start of a string literal (or of an f-string)
 _SQL = re.compile(r"^\s*(SELECT|INSERT|UPDATE|DELETE|CREATE|DROP|ALTER|PRAGMA|WITH|BEGIN|VACUUM|ANALYZE)\s")
 # core/ranking/fallback.py still reads the full-text index in SQL of its own: another branch moves it into db/

@@ -1,15 +1,5 @@
-"""What the daemon does besides answering: its log, and keeping what it looks after from growing without bound.
-
-- daemon.log: one whole line per os.write (files.append_line), rotated past CAIRN_LOG_MAX_BYTES in place
-  (copy_truncate): the daemon's stdout and stderr are that same file (dispatch.spawn), a descriptor a rename would
-  leave writing into daemon.log.1 and, once that was deleted, into a file no one sees. The watch loop rotates it
-  too, for what reaches stderr without a log call (a library's warnings).
-- the Stop spool (core/hooks/spool.py): Stops that could not be written in time are applied by a
-  `cairn doctor --only spool --apply` process of their own (their embeddings come back here, as a Stop hook's do),
-  at most one at a time and one start every SPOOL_EVERY_S;
-- the delivery log's retention (core/store/retention.py), at most once a RETENTION_EVERY_S, in a thread of its own
-  over a connection of its own (the models' proxies are the requests'), so that neither a request nor the watch
-  loop waits for it.
+"""What the daemon does besides answering: its log rotated in place, the Stop spool applied, the delivery log's
+retention run at most once a day, none of them in a request's way (docs/daemon.md).
 """
 
 from __future__ import annotations

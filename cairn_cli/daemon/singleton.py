@@ -1,11 +1,5 @@
-"""One daemon per CAIRN_HOME, and one prompt at a time starting it. Stdlib only (the hook's hot path uses it).
-
-- daemon.lock: an exclusive flock a daemon takes before anything heavy is imported (entry.py) and holds for its
-  whole life. A client asks whether it is held (`held`) to tell "a daemon is alive, maybe still starting" from
-  "no daemon at all"; only the latter may start one.
-- daemon.spawn: the spawn marker. Its flock is the mutex of the decision to spawn; its content is the time of the
-  last spawn. A marker younger than SPAWN_GRACE_S means a spawned daemon is on its way (it has not taken
-  daemon.lock yet); the daemon empties the marker once it holds the lock.
+"""One daemon per CAIRN_HOME (daemon.lock, held for the daemon's life) and one caller at a time deciding to start
+one (the daemon.spawn marker); docs/daemon.md. Stdlib only (the hook's hot path uses it).
 """
 
 from __future__ import annotations

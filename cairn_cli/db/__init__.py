@@ -1,16 +1,6 @@
-"""open_db(): the only place a database connection is made.
-
-Two kinds of connection, both made here:
-
-- peewee's (`open_db`, `connect_store`): what the models read and write through, on both stores and both engines,
-  with the migrations applied on open;
-- the lean one (`open_lean`): the stdlib's sqlite3 alone, for the daemon-down fallback of the hook's hot path,
-  where importing peewee would cost more than the ranking (about 2.5x bare python on its own). Only for SQLite
-  stores this process can write that are already at the current schema; anything else opens through peewee.
-
-What the hot path reads and writes (the full-text index, machine state, the deliveries and hook state of one turn)
-is plain SQL through `execute` / `transaction`, which take either kind, so there is one implementation of each
-statement. This module imports peewee only when a peewee connection is made.
+"""open_db(): the only place a database connection is made: peewee's (`open_db`, `connect_store`, migrations applied
+on open) and the lean stdlib sqlite3 one of the hook's daemon-down fallback (`open_lean`); `execute` / `transaction`
+take either kind. peewee is imported only when a peewee connection is made (docs/store.md).
 """
 
 from __future__ import annotations

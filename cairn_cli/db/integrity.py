@@ -6,7 +6,7 @@ from cairn_cli import db as _store
 
 
 def verdict(database) -> str:
-    """"ok", or SQLite's first complaints (up to five, joined); a driver error when the store cannot be read."""
+    """`ok`, or SQLite's first complaints (up to five, joined); a driver error when the store cannot be read."""
     if _store.is_postgres_database(database):
         database.execute_sql("SELECT 1").fetchall()
         return "ok"

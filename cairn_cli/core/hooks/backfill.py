@@ -1,23 +1,6 @@
-"""Semantic engagement backfill (`cairn backfill-semantic`): the live second chance, run late over history.
-
-Deliveries decided "not engaged" by the lexical test alone (logged while no embedder answered, or before the
-second chance existed: `engaged = false`, `engaged_semantic IS NULL`) of main-agent turns are examined again. The
-delivery row does not keep the response, so it is recovered from the session's transcript: the turn's hook_state
-has the transcript path and the prompt; the response is the assistant text of the transcript turn whose typed
-prompt is that prompt (cleaned as the ranker cleaned it), cairn's own blocks removed, read by the Stop hook's
-reader (core/transcript.py): this is the Stop hook's engagement, late. The semantic test is the live one (engagement.semantic_best: the same chunking, the
-embedder of the daemon or this process) at the threshold in force for this basis: a threshold calibrated on
-backfilled rows (`calibrate-floor --target engagement --method semantic-backfill`), else the live one (calibrated,
-else CAIRN_ENGAGEMENT_SEMANTIC_MIN).
-
-A rescued row becomes engaged with `engaged_method = semantic-backfill` and its cosine; a row examined and not
-rescued keeps `engaged = false` (its lexical decision) and gets its cosine. Both carry `engaged_backfill` = the
-run's id, so a second run examines nothing again. Subagent rows are never selected. A turn whose response cannot be
-recovered is counted by cause and left as it was (a later run, with the transcript back, may examine it).
-
-`semantic-backfill` is its own measurement basis (invariant 5): a weaker label than the live second chance (the
-response recovered later, maybe edited or truncated, the threshold maybe calibrated on other rows), never pooled
-with `lexical` or `semantic` in a rate, and used for training only when asked for.
+"""Semantic engagement backfill (`cairn backfill-semantic`): the live second chance, run late over history, on the
+deliveries the lexical test alone decided "not engaged", each response recovered from its session's transcript;
+rescued rows get a basis of their own, `semantic-backfill` (docs/stop.md).
 """
 
 from __future__ import annotations

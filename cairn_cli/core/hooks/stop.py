@@ -1,12 +1,7 @@
-"""The Stop hook: the response (`last_assistant_message`, else the transcript's last turn) gives the [cm] block;
-its new memories (stamped with the turn's generation version in `source_ref`), its grades and evidence, and the
-engagement of every delivery of the turn are written in one transaction per database. Re-running the same Stop
-changes nothing. Subagent stops (an `agent_id`) are recorded on the turn and marked, never graded.
-
-Many sessions stop at once: the transaction takes the write lock up front (db.WRITE_LOCK) and, when another
-writer keeps the store locked past busy_timeout (or PostgreSQL aborts it for a conflict), the whole transaction is
-run again with jittered back-off for up to CAIRN_STOP_WRITE_BUDGET_S. A Stop still not written then is spooled
-(core/hooks/spool.py) and applied later by the next Stop, the daemon or `cairn doctor --apply`."""
+"""The Stop hook: the response's [cm] block (new memories, grades, evidence) and the engagement of the turn's
+deliveries, written in one transaction per database, retried under contention and spooled when still not written
+in time; re-running the same Stop changes nothing (docs/stop.md).
+"""
 
 from __future__ import annotations
 

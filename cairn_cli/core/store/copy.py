@@ -1,19 +1,6 @@
 """`cairn db copy`: one whole store (the memory store or the delivery log) copied from one database to another,
-SQLite to PostgreSQL and back, so that one user's history moves into a team's server and out again.
-
-Every table of the store is read in key order, in batches, and each row is written with its key and every column
-as they are; the target is migrated to the same schema first and the whole copy is one transaction on it. A row
-already in the target with the same content is left alone (a second run copies nothing); one with other content
-is a Conflict naming its table and key, unless `overwrite`. Rows of the target that the source lacks stay.
-
-Rows are compared, and checksummed, in a canonical form: JSON with sorted keys, datetimes in ISO form to the
-microsecond, blobs in hex, and floats at single precision, because a PostgreSQL store made before its float columns
-became DOUBLE PRECISION (memory migration 0009, delivery-log 0007) keeps them as REAL (4 bytes): a copy through such
-a store keeps what it can hold, and is equal at that precision.
-
-The full-text index is derived data: its tables are not copied. The memories' triggers queue every memory the
-target receives, and `search_index.sync` (the path every write takes) indexes them in the same transaction; the
-verification then checks that the target's index rows are exactly what its memories give.
+SQLite to PostgreSQL and back, in one transaction on the target, then verified by row counts and checksums; a rerun
+copies nothing (docs/store.md).
 """
 
 from __future__ import annotations

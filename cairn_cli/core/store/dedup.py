@@ -111,7 +111,9 @@ def stored_repeats(entries: list[MemoryInput], hashes: list[tuple[str, str]]) ->
         )
         for content_hash, norm_hash, scope in cast(Iterable[tuple[str, str, str]], rows.tuples()):
             seen.update(((content_hash, scope), (norm_hash, scope)))
-    return [any((x, scope) in seen for x in pair for scope in {e.scope, GLOBAL_SCOPE}) for e, pair in zip(entries, hashes)]
+    return [
+        any((x, scope) in seen for x in pair for scope in {e.scope, GLOBAL_SCOPE}) for e, pair in zip(entries, hashes)
+    ]
 
 
 def duplicate_of(entry: MemoryInput, content_hash: str, norm_hash: str):

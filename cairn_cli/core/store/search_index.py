@@ -1,19 +1,5 @@
-"""The memory store's full-text index: cairn's own terms of every live memory, kept in step with every write.
-
-What is indexed is exactly what the rank engine scores (core/ranking/lexical.py `lexical_field`): the stemmed
-terms of the content (core/text.py `terms`) and of the explicit keywords, counted apart ({term: [tf in content,
-tf in keywords]}) so that any KEYWORD_FIELD_WEIGHT can be applied when reading, with the two lengths, the scope,
-and whether the bucket-4 prefilter drops the memory (core/prefilter.py).
-
-Kept in step: triggers on `memories` queue, in the writing transaction itself, every memory whose content,
-keywords, kind, scope, session or liveness changes (an add, a merge's new keywords, a supersede, an import, a migration,
-and any write cairn does not know of); `sync` replaces the queued memories' rows. Every write path of
-core/store/memories.py calls it before its transaction commits, `open_stores` calls it when a process opens the
-store (the migration that creates the index queues every live memory), and the fallback never ranks a store
-whose queue is not empty with the index alone (core/ranking/fallback.py).
-
-The terms depend on the stemmer and the stop words, the flag on the prefilter's rules: a change to either must
-come with a migration that queues every live memory again.
+"""The memory store's full-text index: cairn's own terms of every live memory (what the rank engine scores), kept
+in step with every write by triggers that queue a changed memory and `sync`, which indexes the queue (docs/store.md).
 """
 
 from __future__ import annotations

@@ -84,7 +84,11 @@ def store_sizes(settings: Settings) -> SizesReport:
                 TableSize(
                     table,
                     measure.row_count(conn, table),
-                    measure.pg_table_bytes(conn, table) if not sqlite else None if on_disk is None else on_disk.get(table),
+                    measure.pg_table_bytes(conn, table)
+                    if not sqlite
+                    else None
+                    if on_disk is None
+                    else on_disk.get(table),
                     column,
                     measure.text_chars(conn, table, column) if column else None,
                 )
