@@ -15,7 +15,7 @@ import orjson
 
 
 def _default(obj: Any):
-    if dataclasses.is_dataclass(obj):
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return dataclasses.asdict(obj)
     if hasattr(obj, "isoformat"):
         return obj.isoformat()

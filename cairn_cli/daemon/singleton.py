@@ -19,11 +19,11 @@ HOLD_RETRY_S = 0.02
 _held: dict[str, int] = {}  # CAIRN_HOME -> the fd whose flock this process holds
 
 
-def lock_path(home: str) -> str:
+def lock_path(home: str | os.PathLike[str]) -> str:
     return os.path.join(str(home), LOCK_NAME)
 
 
-def spawn_path(home: str) -> str:
+def spawn_path(home: str | os.PathLike[str]) -> str:
     return os.path.join(str(home), SPAWN_NAME)
 
 

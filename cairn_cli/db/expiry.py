@@ -60,7 +60,7 @@ def unmarked_hook_rows(
     ).fetchall()
 
 
-def replace_hook_data(conn, row_id: int, new: str, old: str) -> int:
+def replace_hook_data(conn, row_id: int, new: str, old: str | None) -> int:
     """Compare-and-set: 1 when the row still held `old` and now holds `new`, else 0."""
     return _run(conn, f"UPDATE {HOOK_STATE} SET data = ? WHERE id = ? AND data = ?", (new, row_id, old)).rowcount
 
