@@ -378,7 +378,7 @@ def markdown(r: dict) -> str:
         f"**Chosen: `CAIRN_DEDUP_SEMANTIC_MIN` = {chosen}** (dev strict precision "
         f"{_f(r['at_chosen']['dev']['precision'])}, n = {r['at_chosen']['dev']['merged']}).",
         "",
-        "The shipped rule (`cairn_cli/core/store/memories.py`) merges a new memory into the closest live memory of "
+        "The shipped rule (`cairn_cli/core/store/dedup.py`) merges a new memory into the closest live memory of "
         "its own scope embedded by the same model, at cosine >= the threshold, when both state the same numbers; "
         "the merge unions keywords, counts a corroboration and keeps the written text in `memory_merges`.",
         "",

@@ -8,7 +8,7 @@ provenance says exactly what produced its position.
               (content terms + its explicit keywords counted KEYWORD_FIELD_WEIGHT times), divided by the best
               BM25 among the candidates of this query (max-normalisation, 0..1). `keywords_bm25` keeps the raw value.
 - scope:      1 when the memory's scope is the requested scope, 0 for global memories.
-- confidence: the memory's stored confidence (see core/store/memories.py for the update rule).
+- confidence: the memory's stored confidence (see core/store/evidence.py for the update rule).
 - recency:    0.5 ** (age_days / RECENCY_HALF_LIFE_DAYS) from updated_at.
 """
 
