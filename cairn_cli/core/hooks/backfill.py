@@ -16,6 +16,7 @@ from cairn_cli.clock import iso_now, utcnow
 from cairn_cli.config import Settings
 from cairn_cli.core.labels.engagement import SEMANTIC_BACKFILL, backfill_threshold, semantic_best
 from cairn_cli.core.metrics import mean_interval
+from cairn_cli.core.store.embeddings import Embedder
 
 if TYPE_CHECKING:
     from cairn_cli.core.transcript import Transcript
@@ -161,8 +162,6 @@ def _occurrences(session_id: str) -> dict[int, int]:
         seen[prompt] = out[row.turn] + 1
     return out
 
-
-Embedder = Callable[[list[str]], "tuple[str, list[list[float]]] | None"]
 
 
 def run(
