@@ -74,7 +74,7 @@ def import_(
     """
     from cairn_cli.core.store import memories
     from cairn_cli.daemon.dispatch import embed_daemon_first
-    from cairn_cli.hotpath import max_input_bytes
+    from cairn_cli.inputs import max_input_bytes
 
     # the bar's total: only for a regular file import_jsonl will read (a FIFO or an oversized file is refused there)
     small = file.is_file() and file.stat().st_size <= max_input_bytes()

@@ -299,7 +299,8 @@ class Daemon:
         settings = Settings(environ=req.get("env") or {}, **(req.get("settings") or {}))
         deadline = req.get("deadline") if isinstance(req.get("deadline"), (int, float)) else None
         if op == "rank":
-            from cairn_cli.core.ranking.rank import RankRequest, rank
+            from cairn_cli.core.hooks.prompt import prompt_turn
+            from cairn_cli.core.hooks.request import PromptRequest
             from cairn_cli.core.store import open_stores
 
             fields = req.get("request")
@@ -309,7 +310,7 @@ class Daemon:
             with self.stores.using(_stores_key(settings), lambda: open_stores(settings), deadline):
                 self.refresh_reranker(settings)  # after open_stores: a calibrated floor is machine state
                 engine = self.request_engine(settings, deadline)
-                result = rank(RankRequest(**fields), settings, engine)
+                result = prompt_turn(PromptRequest.from_dict(fields), settings, engine)
                 self.adapt(engine, settings)
             gc.freeze()  # the warm tables are long-lived: keep the cyclic GC from rescanning 100k objects
             return {"ok": True, "result": result.as_dict()}

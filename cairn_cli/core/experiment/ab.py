@@ -56,15 +56,23 @@ class Arms:
     queue: list
 
 
+KEYS = (B_KEY, VERSIONS_KEY, QUEUE_KEY)  # the machine-managed state the arms are read from
+
+
 def arms(settings: Settings, live: generation_rules.Rules | None = None) -> Arms:
     """The arms in force: machine-managed state, else A = the live rules' version (`live`, when the caller has
     read them already) and B = the shipped candidate."""
-    instruction = state.get(B_KEY, settings, SHIPPED_B)
-    versions = state.get(VERSIONS_KEY, settings)
+    return arms_from(state.get_many(KEYS, settings), settings, live)
+
+
+def arms_from(values: dict, settings: Settings, live: generation_rules.Rules | None = None) -> Arms:
+    """The arms of machine-managed `values` (state.get_many of at least KEYS)."""
+    instruction = values.get(B_KEY, SHIPPED_B)
+    versions = values.get(VERSIONS_KEY)
     if versions is None:
         a_version = (live or generation_rules.live(settings)).version
         versions = {"A": a_version, "B": b_version(a_version, instruction) if instruction else None}
-    return Arms(dict(versions), instruction, list(state.get(QUEUE_KEY, settings, [])))
+    return Arms(dict(versions), instruction, list(values.get(QUEUE_KEY, [])))
 
 
 def assign(
@@ -72,7 +80,13 @@ def assign(
 ) -> tuple[str | None, str, str | None]:
     """(arm or None, the version that stamps the turn's memories, arm B's instruction when B). Seeded per prompt
     with AB_SEED (tests, simulations), else truly random."""
-    current = arms(settings, live)
+    return draw(arms(settings, live), session_id, turn, is_subagent=is_subagent, settings=settings)
+
+
+def draw(
+    current: Arms, session_id: str, turn: int, *, is_subagent: bool, settings: Settings
+) -> tuple[str | None, str, str | None]:
+    """assign() with the arms in force already read."""
     if not settings.AB_TEST_ENABLED or is_subagent or not current.b_instruction or not current.versions.get("B"):
         return None, current.versions["A"], None
     seed = settings.AB_SEED

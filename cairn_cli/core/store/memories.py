@@ -419,7 +419,7 @@ def parse_jsonl(
     path: Path, *, default_source_ref: str | None = None
 ) -> tuple[list[tuple[int, MemoryInput]], list[tuple[int, str]]]:
     """Valid entries and rejected lines (1-based line numbers with the reason). Blank lines are skipped."""
-    from cairn_cli.hotpath import read_file
+    from cairn_cli.inputs import read_file
 
     data = read_file(path, "pass the path of a JSONL file")  # within CAIRN_MAX_INPUT_BYTES, never a FIFO's endless wait
     if data.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte order mark (Windows editors write one): not content
