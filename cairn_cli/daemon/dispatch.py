@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+
 from cairn_cli import config
 from cairn_cli.core.hooks.request import PromptRequest
 from cairn_cli.daemon import client
@@ -185,11 +186,10 @@ def _daemon_ready() -> bool:
 
 
 def _local_embed(texts: list[str]):
-    """(model name, float32 array): the configured model, loaded in this process."""
-    from cairn_cli.ml.models import get_encoder
+    """(model name, float32 array): the configured model, loaded in this process (ml/models.embed_here)."""
+    from cairn_cli.ml.models import embed_here
 
-    encoder = get_encoder(config.get("EMBED_MODEL"), config.get("EMBED_DTYPE"))
-    return encoder.name, encoder.encode(texts)
+    return embed_here(texts, config.get("EMBED_MODEL"), config.get("EMBED_DTYPE"))
 
 
 def embed(texts: list[str]) -> list[list[float]] | None:

@@ -51,6 +51,7 @@ from cairn_cli.core.ranking.lexical import (
 )
 from cairn_cli.core.store import fulltext
 from cairn_cli.core.text import terms
+from cairn_cli.db.fulltext import Doc, ScopeStats
 
 COMPLETE_COST = 8  # completing a memory from its stored counts costs about this many postings read
 _EPS = 1e-9  # relative slack on every bound: a memory at the bound is completed, never skipped
@@ -59,15 +60,15 @@ _EPS = 1e-9  # relative slack on every bound: a memory at the bound is completed
 class _Stats:
     """The BM25 collection statistics of the table (the memories that can rank) at a keyword weight."""
 
-    def __init__(self, scope_rows: Iterable[tuple], prefilter: bool, weight: int):
+    def __init__(self, scope_rows: Iterable[ScopeStats], prefilter: bool, weight: int):
         self.scope_id: dict[str, int] = {}
         n = clen = klen = 0
-        for sid, scope, n_plain, n_meta, c_plain, k_plain, c_meta, k_meta in scope_rows:
-            if sid is not None:
-                self.scope_id[scope] = sid
-            n += n_plain + (0 if prefilter else n_meta)
-            clen += c_plain + (0 if prefilter else c_meta)
-            klen += k_plain + (0 if prefilter else k_meta)
+        for row in scope_rows:
+            if row.scope_id is not None:
+                self.scope_id[row.scope] = row.scope_id
+            n += row.n + (0 if prefilter else row.n_meta)
+            clen += row.content_len + (0 if prefilter else row.content_len_meta)
+            klen += row.keyword_len + (0 if prefilter else row.keyword_len_meta)
         self.n = n
         self.avgdl = (clen + weight * klen) / n if n else 0.0
 
@@ -96,14 +97,14 @@ class IndexedEntry:
 
         self.prefilter = bool(settings.RELEVANCE_PREFILTER_ENABLED)
         self.weight = int(settings.KEYWORD_FIELD_WEIGHT)
-        self.rows: list[tuple] | None = None  # index rows computed here (an index this process cannot update)
+        self.rows: list[Doc] | None = None  # index rows computed here (an index this process cannot update)
         if fulltext.is_behind():
             failed = fulltext.sync_if_behind()
             if failed:
-                self.rows = fulltext.rows_of(sql.all_memory_rows())
+                self.rows = [Doc._make(r) for r in fulltext.rows_of(sql.all_memory_rows())]
                 notes.append(f"full-text index behind and not writable ({failed}): every memory scored in memory")
         self.scope_rows = sql.scope_stats() if self.rows is None else _scope_rows(self.rows)
-        self.counts = {row[1]: (row[2], row[3]) for row in self.scope_rows}  # scope -> (ranked, bucket 4)
+        self.counts = {row.scope: (row.n, row.n_meta) for row in self.scope_rows}  # scope -> (ranked, bucket 4)
         self.scopes = sorted({s for s, (n, n_meta) in self.counts.items() if n + n_meta} | {GLOBAL_SCOPE})
         self.table = IndexedTable(self)
 
@@ -122,15 +123,16 @@ class IndexedEntry:
         return n + (0 if self.prefilter else n_meta)
 
 
-def _scope_rows(rows: Iterable[tuple]) -> list[tuple]:
+def _scope_rows(rows: Iterable[Doc]) -> list[ScopeStats]:
     """scope_stats() of index rows held in memory."""
-    out: dict[str, list] = {}
-    for _, scope, meta, clen, klen, _terms, _group in rows:
-        row = out.setdefault(scope, [None, scope, 0, 0, 0, 0, 0, 0])
-        row[3 if meta else 2] += 1
-        row[6 if meta else 4] += clen
-        row[7 if meta else 5] += klen
-    return [tuple(r) for r in out.values()]
+    out: dict[str, dict] = {}
+    for doc in rows:
+        row = out.setdefault(doc.scope, dict.fromkeys(ScopeStats._fields, 0) | {"scope_id": None, "scope": doc.scope})
+        suffix = "_meta" if doc.meta else ""
+        row["n" + suffix] += 1
+        row["content_len" + suffix] += doc.content_len
+        row["keyword_len" + suffix] += doc.keyword_len
+    return [ScopeStats(**r) for r in out.values()]
 
 
 class IndexedTable:
@@ -198,44 +200,44 @@ class IndexedTable:
             # needs its own neighbours' scores, so the neighbours' neighbours are scored too
             in_groups = {s for group, _ in _groups(scope) for s in (group if group is not None else entry.counts)}
             requested = scope if scope and scope != GLOBAL_SCOPE else None
-            docs = {d[0]: d for d in source.docs(list(bm25))}
+            docs = {d.memory_id: d for d in source.docs(list(bm25))}
             for _ in range(2):
                 near.update(
                     source.neighbours([d for i, d in docs.items() if i not in near], with_meta=not entry.prefilter)
                 )
                 others = sorted({n for pair in near.values() for n in pair if n is not None and n not in docs})
                 for doc in source.docs(others):
-                    docs[doc[0]] = doc
-                    if doc[1] in in_groups:  # a neighbour out of scope lends nothing (the table's mask)
-                        bm25[doc[0]] = _doc_bm25(doc, idf, entry.weight, stats.avgdl)
-                        if doc[1] == requested:
-                            bonus.add(doc[0])
+                    docs[doc.memory_id] = doc
+                    if doc.scope in in_groups:  # a neighbour out of scope lends nothing (the table's mask)
+                        bm25[doc.memory_id] = _doc_bm25(doc, idf, entry.weight, stats.avgdl)
+                        if doc.scope == requested:
+                            bonus.add(doc.memory_id)
             near = {i: pair for i, pair in near.items() if i in bm25}
-        return _compose(bm25, bonus, weights, half_life_days, now, want, neighbour_weight, near)
+        return _composite(bm25, bonus, weights, half_life_days, now, want, neighbour_weight, near)
 
 
 # --- where the term counts come from ---------------------------------------------------------------------------
 
 
 class _Source:
-    """Rows (memory_id, scope, meta, content_len, keyword_len, terms JSON) of the index."""
+    """The index's rows (db/fulltext.py's Doc)."""
 
-    def docs(self, ids: Sequence[int]) -> list[tuple]:
+    def docs(self, ids: Sequence[int]) -> list[Doc]:
         raise NotImplementedError
 
     def newest(self, scopes: list[str] | None, k: int) -> list[int]:
         raise NotImplementedError
 
-    def meta_docs(self, scopes: list[str] | None) -> list[tuple]:
+    def meta_docs(self, scopes: list[str] | None) -> list[Doc]:
         raise NotImplementedError
 
-    def containing(self, query: Sequence[str]) -> list[tuple]:
+    def containing(self, query: Sequence[str]) -> list[Doc]:
         raise NotImplementedError
 
-    def scope_docs(self, scopes: list[str] | None) -> list[tuple]:
+    def scope_docs(self, scopes: list[str] | None) -> list[Doc]:
         raise NotImplementedError
 
-    def neighbours(self, docs: Sequence[tuple], *, with_meta: bool) -> dict[int, tuple[int | None, int | None]]:
+    def neighbours(self, docs: Sequence[Doc], *, with_meta: bool) -> dict[int, tuple[int | None, int | None]]:
         raise NotImplementedError
 
 
@@ -282,45 +284,47 @@ class _RowSource(_Source):
     def __init__(self, entry: IndexedEntry):
         self.prefilter = entry.prefilter
         self.rows = entry.rows or []
-        self.by_id = {r[0]: r for r in self.rows}
+        self.by_id = {r.memory_id: r for r in self.rows}
 
     def docs(self, ids):
         return [self.by_id[i] for i in ids if i in self.by_id]
 
     def scope_docs(self, scopes):
-        return [r for r in self.rows if scopes is None or r[1] in scopes]
+        return [r for r in self.rows if scopes is None or r.scope in scopes]
 
     def newest(self, scopes, k):
-        return sorted((r[0] for r in self.scope_docs(scopes) if not (r[2] and self.prefilter)), reverse=True)[:k]
+        return sorted((r.memory_id for r in self.scope_docs(scopes) if not (r.meta and self.prefilter)), reverse=True)[
+            :k
+        ]
 
     def meta_docs(self, scopes):
-        return [r for r in self.scope_docs(scopes) if r[2]]
+        return [r for r in self.scope_docs(scopes) if r.meta]
 
     def containing(self, query):
         wanted = set(query)
-        return [r for r in self.rows if not wanted.isdisjoint(orjson.loads(r[5]))]
+        return [r for r in self.rows if not wanted.isdisjoint(orjson.loads(r.terms))]
 
     def neighbours(self, docs, *, with_meta):
         by_group: dict[str, list[int]] = {}
         for r in self.rows:
-            if with_meta or not r[2]:
-                by_group.setdefault(r[6], []).append(r[0])
+            if with_meta or not r.meta:
+                by_group.setdefault(r.grp, []).append(r.memory_id)
         out = {}
         for doc in docs:
-            ids = sorted(by_group.get(doc[6], []))
-            before = [i for i in ids if i < doc[0]]
-            after = [i for i in ids if i > doc[0]]
-            out[doc[0]] = (before[-1] if before else None, after[0] if after else None)
+            ids = sorted(by_group.get(doc.grp, []))
+            before = [i for i in ids if i < doc.memory_id]
+            after = [i for i in ids if i > doc.memory_id]
+            out[doc.memory_id] = (before[-1] if before else None, after[0] if after else None)
         return out
 
 
 # --- BM25 ------------------------------------------------------------------------------------------------------
 
 
-def _doc_bm25(doc: tuple, idf: dict[str, float], weight: int, avgdl: float) -> float:
+def _doc_bm25(doc: Doc, idf: dict[str, float], weight: int, avgdl: float) -> float:
     """BM25 of one index row for the terms of `idf`."""
-    counts = orjson.loads(doc[5])
-    norm = BM25_K1 * (1 - BM25_B + BM25_B * (doc[3] + weight * doc[4]) / avgdl) if avgdl else BM25_K1
+    counts = orjson.loads(doc.terms)
+    norm = BM25_K1 * (1 - BM25_B + BM25_B * (doc.content_len + weight * doc.keyword_len) / avgdl) if avgdl else BM25_K1
     score = 0.0
     for term, w in idf.items():
         c = counts.get(term)
@@ -394,7 +398,7 @@ def _maxscore(
         theta = acc[best[-1]]
     rest = {term: idf[term] for _, term in plan[stop:]}
     top: list[tuple[float, int]] = []  # a min-heap of the k best (score, id) known exactly
-    fetched: dict[int, tuple] = {}
+    fetched: dict[int, Doc] = {}
     if not rest:
         top = heapq.nlargest(k, ((v, d) for d, v in acc.items()))
     else:  # complete the memories that may still reach the top k, the highest ceiling first
@@ -415,8 +419,8 @@ def _maxscore(
             if not batch:
                 break
             for doc in source.docs(batch):
-                fetched[doc[0]] = doc
-                item = (acc[doc[0]] + _doc_bm25(doc, rest, weight, avgdl), doc[0])
+                fetched[doc.memory_id] = doc
+                item = (acc[doc.memory_id] + _doc_bm25(doc, rest, weight, avgdl), doc.memory_id)
                 if len(top) < k:
                     heapq.heappush(top, item)
                 elif item > top[0]:
@@ -427,7 +431,7 @@ def _maxscore(
     if not prefilter:
         more += source.meta_docs(scopes)  # bucket-4 memories have no postings
     for doc in more:
-        out[doc[0]] = _doc_bm25(doc, idf, weight, avgdl)
+        out[doc.memory_id] = _doc_bm25(doc, idf, weight, avgdl)
     return out
 
 
@@ -447,9 +451,9 @@ def _exhaustive(
     df: dict[str, int] = dict.fromkeys(query, 0)
     hits = []
     for doc in source.containing(query):
-        if doc[2] and entry.prefilter:
+        if doc.meta and entry.prefilter:
             continue
-        counts = orjson.loads(doc[5])
+        counts = orjson.loads(doc.terms)
         hit = False
         for term in df.keys() & counts.keys():
             c = counts[term]
@@ -460,9 +464,9 @@ def _exhaustive(
             hits.append(doc)
     idf.update({t: stats.idf(n) for t, n in df.items() if n})
     wanted = None if scopes is None else set(scopes)
-    out = {d[0]: _doc_bm25(d, idf, weight, stats.avgdl) for d in hits if wanted is None or d[1] in wanted}
+    out = {d.memory_id: _doc_bm25(d, idf, weight, stats.avgdl) for d in hits if wanted is None or d.scope in wanted}
     if every_memory:
-        extra = [d[0] for d in source.scope_docs(scopes) if not (d[2] and entry.prefilter)]
+        extra = [d.memory_id for d in source.scope_docs(scopes) if not (d.meta and entry.prefilter)]
     else:
         extra = source.newest(scopes, k)
     for memory_id in extra:
@@ -473,7 +477,7 @@ def _exhaustive(
 # --- the composite ---------------------------------------------------------------------------------------------
 
 
-def _compose(
+def _composite(
     bm25: dict[int, float],
     bonus: set[int],
     weights: dict[str, float],
@@ -537,21 +541,17 @@ def _compose(
 
 
 def _memories(ids: list[int]) -> dict[int, Candidate]:
-    """The memories as the scorer sees them (no embedding: the fallback has no model). Plain SQL: the fallback
-    reads through the lean connection, whose rows hold keywords as JSON and SQLite's datetimes as text."""
+    """The memories as the scorer sees them (no embedding: the fallback has no model). Read through the lean
+    connection, whose rows hold keywords as JSON and SQLite's datetimes as text."""
     from types import SimpleNamespace
 
-    from cairn_cli import db
+    from cairn_cli.db import fulltext as sql
 
-    columns = ("id", "content", "keywords", "scope", "kind", "confidence", "updated_at", "source_ref", "session_id")
     out = {}
-    for start in range(0, len(ids), 500):
-        chunk = ids[start : start + 500]
-        sql = f"SELECT {', '.join(columns)} FROM memories WHERE id IN ({db.marks(len(chunk))})"
-        for values in db.execute("memory", sql, chunk):
-            row = SimpleNamespace(**dict(zip(columns, values)))
-            row.keywords = orjson.loads(row.keywords) if row.keywords else []
-            if isinstance(row.updated_at, str):
-                row.updated_at = dt.datetime.fromisoformat(row.updated_at)
-            out[row.id] = candidate_of(row, has_embedding=False)
+    for values in sql.memory_rows(ids):
+        row = SimpleNamespace(**dict(zip(sql.MEMORY_COLUMNS, values)))
+        row.keywords = orjson.loads(row.keywords) if row.keywords else []
+        if isinstance(row.updated_at, str):
+            row.updated_at = dt.datetime.fromisoformat(row.updated_at)
+        out[row.id] = candidate_of(row, has_embedding=False)
     return out
