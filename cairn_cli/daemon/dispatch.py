@@ -1,15 +1,6 @@
-"""Where a ranking runs: in the daemon when it answers, else in this process.
-
-CAIRN_DAEMON=auto (default): ask the daemon; when it is absent, stale, hung or refused, rank here with the
-lexical fallback (keywords + scope, no model loaded) and say so in the provenance. CAIRN_DAEMON=off: load the
-models in this process (slow; for tests and one-off use). Nothing heavy is imported unless the daemon fails.
-
-The circuit breaker: only "no daemon listens" may start one (autostart), and only one process per CAIRN_HOME
-at a time (lock.claim_spawn); a daemon that is loading or busy said so and is left alone; one that did not answer
-in time but whose heartbeat is live is slow under load: this prompt falls back, the next one asks again; one that
-did not answer and has no heartbeat is hung: skipped for CAIRN_DAEMON_BACKOFF_S, so that it costs one prompt its
-timeout, not every one.
-"""
+"""Where a ranking runs: in the daemon when it answers, else in this process (the lexical fallback, said so in the
+provenance); CAIRN_DAEMON=off loads the models here. A circuit breaker decides when a daemon may be started and
+when a hung one is skipped for a back-off (docs/hot-path.md). Nothing heavy is imported unless the daemon fails."""
 
 from __future__ import annotations
 

@@ -1,15 +1,6 @@
-"""The full-text index's SQL: what core/store/fulltext.py writes and core/ranking/fallback.py reads.
-
-Tables (migration 0005): `fulltext_docs` (one row per live memory: scope, bucket-4 flag, term counts as JSON
-{term: [in content, in keywords]}, the two lengths), `fulltext_pending` (memories whose row is out of date, queued
-by triggers on `memories`). On SQLite, triggers on `fulltext_docs` keep `fulltext_postings` (term, scope, memory ->
-tf, length at keyword weight 2), `fulltext_terms` (document frequency, tf ceiling, shortest length) and
-`fulltext_scopes` (counts and total lengths) in step. On PostgreSQL `fulltext_docs.tsv` (a tsvector of the same
-terms, GIN-indexed) finds the memories that contain a term, and the statistics are aggregates.
-
-Statements are plain SQL through the memory store's connection (db.execute), lean or peewee's: this is the hook's
-hot path.
-"""
+"""The full-text index's SQL: what core/store/fulltext.py writes and core/ranking/fallback.py reads, as plain SQL
+through the memory store's connection (db.execute), lean or peewee's: this is the hook's hot path. The tables
+and how they stay in step on SQLite and PostgreSQL are in docs/hot-path.md."""
 
 from __future__ import annotations
 

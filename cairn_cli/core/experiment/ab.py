@@ -1,24 +1,6 @@
 """The write-side live A/B: does one speculative instruction make the agent write memories that get USED more?
-
-Assignment: each main-agent prompt is randomly given arm A (the live generation rules) or arm B (the same rules
-plus `ab_b_instruction`, printed after the memories, i.e. after the cached part of the context). Subagent prompts
-get no arm. The arm and its version go to hook_state; at Stop the turn's new memories carry the arm's version in
-`source_ref` (`ab_arm_versions`, machine-managed), so every later delivery of a memory knows the arm that wrote it.
-
-Analysis (pre-registered): the unit is the writing SESSION (memories of one session are not independent, and
-randomisation is per prompt inside sessions). A session is counted once it is mature (its newest memory is
-AB_MATURE_DAYS old), on the deliveries inside each memory's window, so its outcome never changes after it is
-first counted. For each mature session that wrote memories under both arms and whose memories were delivered
-and engagement-tagged `lexical` under both arms within the window, B wins the session when its
-memories' lexical engagement rate is higher, loses when lower (ties drop out). The wins and losses feed a
-one-sided sequential probability ratio test of H0: P(B wins a session) = 0.5 against H1: = AB_SPRT_P1. Its
-likelihood ratio is a non-negative martingale under H0, so by Ville's inequality the chance that it EVER crosses
-1/alpha is at most alpha: cron may look after every session without inflating false promotions. B is promoted
-when the ratio crosses 1/AB_ALPHA, at least AB_MIN_SESSIONS sessions are decided, and the guard holds (B's mean
-agent grade is not more than AB_GRADE_TOLERANCE below A's, on at least AB_MIN_GRADES grades each); it is retired
-when the ratio falls under AB_BETA (B is clearly not better). Semantic-tagged rows are reported, never pooled
-into the test (their rate is 1 by construction).
-"""
+Each main-agent prompt draws arm A (the live rules) or B (plus one instruction); the analysis is per writing session,
+a one-sided sequential probability ratio test with a grade guard (docs/ab-test.md has the pre-registered design)."""
 
 from __future__ import annotations
 

@@ -1,32 +1,7 @@
 """The lexical fallback's table: the composite of every live memory in scope, read from the store's full-text index.
-
-The daemon ranks from a table it keeps warm (scoring.py). When it does not answer, the hook's own process ranks
-with keywords and scope only, and must be fast whatever the store's size, with no model and no numpy. It gives
-exactly the daemon's composite without embeddings (the same BM25, k1 1.2, b 0.75, idf log(1 + (N - df + 0.5) /
-(df + 0.5)), over the same memories: live, not bucket 4 unless the prefilter is off; the same max-normalisation,
-scope bonus and tie-break by newer id), computed in a different order:
-
-- Top-k by BM25 per scope group (the requested scope, global; or all memories), term at a time with MaxScore's
-  bound: the query's terms are read rarest first from the index's postings, adding each memory's exact
-  contribution; once the terms left could add less than the k-th best partial score, no memory not yet seen can
-  enter the top k, so the rest of the postings (the common terms, the long lists) are never read. The memories
-  whose partial score plus that bound still reaches the k-th best are completed from their stored term counts.
-  Within a group the composite is increasing in BM25 (same scope bonus), so the top k of the composite over all
-  groups is among the groups' top k; each group also offers its k newest memories (the ties at BM25 0 go to the
-  newer id).
-- Without the postings (PostgreSQL; a keyword weight other than the one the postings are counted at; a confidence
-  or recency weight, which makes every memory a candidate), every memory that contains a query term (and every
-  memory in scope, for those weights) is scored from its stored counts.
-- A store whose index is behind (a write the index has not seen) and that this process cannot update is scored
-  from the memories themselves, slowly, rather than from a stale index.
-
-Why not SQLite FTS5 and its `bm25()`: its idf (log((N - n + 0.5) / (n + 0.5)), floored at 1e-6) is not cairn's,
-it cannot take cairn's stemmer or the keyword field's weight as they are, and it scores every memory that holds
-any query term; on the same terms its top 10 matched cairn's BM25 for 11 to 20 of 50 prompts and took twice the
-index's time at 100k memories (bench/fallback.md). On PostgreSQL the tsvector's GIN index finds the memories
-that hold a query term and they are scored here, not by `ts_rank_cd` (a cover-density rank, not BM25), so both
-stores rank alike.
-"""
+When the daemon does not answer, the hook's own process ranks with keywords and scope only (no model, no numpy),
+exactly the daemon's composite without embeddings, top-k by BM25 with MaxScore's bound over the index's postings;
+the how and the why (and why not FTS5's `bm25()`) are in docs/hot-path.md."""
 
 from __future__ import annotations
 
