@@ -37,15 +37,9 @@ def rank(
     """
     from cairn_cli.daemon import dispatch
 
+    text = read_prompt(prompt)
     request = PromptRequest.from_cli(
-        read_prompt(prompt),
-        session=session,
-        scope=scope,
-        transcript=transcript,
-        k=k,
-        layer=layer,
-        turn=turn,
-        log=not no_log,
+        text, session=session, scope=scope, transcript=transcript, k=k, layer=layer, turn=turn, log=not no_log
     )
     result = dispatch.rank(request, globals_overrides(), autostart=autostart)
     emit_rank(result, json)

@@ -157,13 +157,19 @@ def _docs(sql: str, params: Sequence = ()) -> list[Doc]:
     return list(map(Doc._make, _sql(sql, params)))
 
 
-def docs(ids: Sequence[int]) -> list[Doc]:
-    out: list[Doc] = []
+def _by_ids(sql: str, ids: Sequence[int]) -> list[tuple]:
+    """The rows of `sql`, whose `{}` is an IN list's placeholders, for `ids` 500 at a time (SQLite's limit of bound
+    variables)."""
+    out: list[tuple] = []
     ids = list(ids)
     for start in range(0, len(ids), 500):
         chunk = ids[start : start + 500]
-        out += _docs(f"SELECT {_DOC_COLUMNS} FROM fulltext_docs WHERE memory_id IN ({_store.marks(len(chunk))})", chunk)
+        out += _sql(sql.format(_store.marks(len(chunk))), chunk)
     return out
+
+
+def docs(ids: Sequence[int]) -> list[Doc]:
+    return list(map(Doc._make, _by_ids(f"SELECT {_DOC_COLUMNS} FROM fulltext_docs WHERE memory_id IN ({{}})", ids)))
 
 
 def newest(scopes: Sequence[str] | None, k: int, *, with_meta: bool) -> list[int]:
@@ -248,12 +254,7 @@ MEMORY_COLUMNS = ("id", "content", "keywords", "scope", "kind", "confidence", "u
 def memory_rows(ids: Sequence[int]) -> list[tuple]:
     """MEMORY_COLUMNS of the memories `ids` (keywords as stored: JSON; on SQLite's lean connection the datetimes
     are text), what the fallback's composite builds its candidates from."""
-    out: list[tuple] = []
-    ids = list(ids)
-    for start in range(0, len(ids), 500):
-        chunk = ids[start : start + 500]
-        out += _sql(f"SELECT {', '.join(MEMORY_COLUMNS)} FROM memories WHERE id IN ({_store.marks(len(chunk))})", chunk)
-    return out
+    return _by_ids(f"SELECT {', '.join(MEMORY_COLUMNS)} FROM memories WHERE id IN ({{}})", ids)
 
 
 def tsquote(term: str) -> str:

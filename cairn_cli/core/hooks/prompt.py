@@ -18,25 +18,20 @@ from cairn_cli.core.ranking.context import ContextWindow, build_context_window
 from cairn_cli.core.ranking.engine import RankEngine
 from cairn_cli.core.ranking.injection import format_block
 from cairn_cli.core.ranking.lexical import GLOBAL_SCOPE
-from cairn_cli.core.ranking.rank import Clock, RankedMemory, Ranking, RankQuery, rank
+from cairn_cli.core.ranking.rank import Clock, Ranking, RankQuery, rank
 from cairn_cli.core.store import deliveries
 from cairn_cli.errors import DeadlineExceeded, InvalidInput, NotFound
 
 
-@dataclass
-class RankResult:
+@dataclass(kw_only=True)
+class RankResult(Ranking):
+    """The turn's ranking (its items: those the block holds; its notes: the turn's) and what the turn made of it."""
+
     session_id: str
     turn: int
     context: ContextWindow
-    items: list[RankedMemory]
     block: str
-    reranker_model: str
-    ranker: str
-    embed_model: str | None
-    candidates: int
-    dropped: dict = field(default_factory=dict)
     delivery_ids: list[int] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # the models' (daemon status shows them too)
     timings_ms: dict = field(default_factory=dict)
     rules: str = ""
@@ -167,17 +162,15 @@ def _render(
         max_chars=budget,
     )
     return RankResult(
+        **{
+            **vars(ranking),
+            "items": ranking.items[: block.count("<memory ")],
+            "notes": list(engine.notes) + context.notes + notes + ranking.notes,
+        },
         session_id=request.session_id,
         turn=turn,
         context=context,
-        items=ranking.items[: block.count("<memory ")],
         block=block,
-        reranker_model=ranking.reranker_model,
-        ranker=ranking.ranker,
-        embed_model=ranking.embed_model,
-        candidates=ranking.candidates,
-        dropped=ranking.dropped,
-        notes=list(engine.notes) + context.notes + notes + ranking.notes,
         warnings=list(engine.warnings),
         rules=rules_text,
         generation_version=arm.version if arm else None,
