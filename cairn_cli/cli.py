@@ -78,7 +78,7 @@ def handle_errors(fn: Callable) -> Callable:
         except (typer.Exit, typer.Abort, SystemExit):
             raise
         except Exception as exc:  # the one place that maps the unknown (the lean entry shares it)
-            from cairn_cli.entry import unexpected
+            from cairn_cli.hotpath import unexpected
 
             raise typer.Exit(unexpected(exc)) from None
 

@@ -68,8 +68,9 @@ def parse_rank(argv: list[str]) -> dict | None:
 
 
 def fast_rank(argv: list[str]) -> int:
+    from cairn_cli.core.ids import MAX_TURN
     from cairn_cli.errors import CairnError
-    from cairn_cli.hotpath import MAX_TURN
+    from cairn_cli.hotpath import unexpected
 
     try:
         args = parse_rank(argv)
@@ -79,12 +80,16 @@ def fast_rank(argv: list[str]) -> int:
             or (args["turn"] is not None and not 0 <= args["turn"] <= MAX_TURN)
         ):
             return _typer(["rank", *argv])  # let Typer word the usage error
+        from cairn_cli.core.hooks.request import PromptRequest
         from cairn_cli.daemon import dispatch
-        from cairn_cli.hotpath import emit_rank, rank_fields, read_prompt
+        from cairn_cli.hotpath import emit_rank, read_prompt
 
-        prompt = read_prompt(args["prompt"])
-        fields = [args[k] for k in ("session", "scope", "transcript", "k", "layer", "turn")]
-        result = dispatch.rank(rank_fields(prompt, *fields, not args["no_log"]), {}, autostart=args["autostart"])
+        request = PromptRequest.from_cli(
+            read_prompt(args["prompt"]),
+            **{k: args[k] for k in ("session", "scope", "transcript", "k", "layer", "turn")},
+            log=not args["no_log"],
+        )
+        result = dispatch.rank(request, {}, autostart=args["autostart"])
         emit_rank(result, args["json"])
         return 0
     except CairnError as exc:
@@ -95,28 +100,6 @@ def fast_rank(argv: list[str]) -> int:
         return 130
     except Exception as exc:
         return unexpected(exc)
-
-
-def unexpected(exc: Exception) -> int:
-    """An exception cairn did not raise: one line and exit 1 (what it means when the environment caused it,
-    errors.explain); the traceback only under CAIRN_DEBUG."""
-    from cairn_cli import config
-    from cairn_cli.errors import explain
-
-    try:
-        debug = bool(config.get("DEBUG"))
-    except Exception:  # a broken config.toml must not hide the original error
-        debug = False
-    if debug:
-        import traceback
-
-        traceback.print_exception(exc, file=sys.stderr)
-    known = explain(exc)
-    if known is not None:
-        sys.stderr.write(f"error: {known.one_line()}\n")
-        return known.exit_code
-    sys.stderr.write(f"error: unexpected {type(exc).__name__}: {exc} (set CAIRN_DEBUG=1 for a traceback)\n")
-    return 1
 
 
 def _typer(argv: list[str]) -> int:

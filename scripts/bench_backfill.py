@@ -52,9 +52,10 @@ def prf(pred: list[bool], gold: list[bool]) -> dict:
 def replay(home: Path, work: Path, convs, mem: dict, max_prompts: int) -> dict:
     """Rank, log and judge lexically every question: (memory id, question) per delivery id."""
     from cairn_cli.config import Settings
+    from cairn_cli.core.hooks.prompt import prompt_turn
+    from cairn_cli.core.hooks.request import PromptRequest
     from cairn_cli.core.labels.engagement import apply_engagement
     from cairn_cli.core.ranking.engine import RankEngine
-    from cairn_cli.core.ranking.rank import RankRequest, rank
 
     settings = Settings()
     engine = RankEngine.in_process(settings, with_reranker=False)
@@ -70,8 +71,8 @@ def replay(home: Path, work: Path, convs, mem: dict, max_prompts: int) -> dict:
             for q in qs:
                 writer.user(q.text)
                 hook = {"transcript_path": str(path), "is_subagent": False, "cwd": conv.cwd}
-                result = rank(
-                    RankRequest(prompt=q.text, session_id=sid, scope=conv.sample_id, k=5, hook=hook), settings, engine
+                result = prompt_turn(
+                    PromptRequest(prompt=q.text, session_id=sid, scope=conv.sample_id, k=5, hook=hook), settings, engine
                 )
                 writer.assistant([q.answer])
                 report = apply_engagement(sid, q.answer, settings, turn=result.turn, embed=None)

@@ -48,7 +48,7 @@ SCOPE = "conv-26"  # the scope the prompts ask for (LoCoMo's first dev conversat
 CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16")
 # what the daemon-down `cairn rank` imports before it does anything: the floor under the fallback's time
 HOT_PATH = (
-    "cairn_cli.entry, cairn_cli.daemon.dispatch, cairn_cli.core.ranking.rank, cairn_cli.core.ranking.fallback, "
+    "cairn_cli.entry, cairn_cli.daemon.dispatch, cairn_cli.core.hooks.prompt, cairn_cli.core.ranking.fallback, "
     "cairn_cli.db.lean"
 )
 PATHS = {  # the timed paths: (label, the note its --json result must carry)

@@ -10,6 +10,7 @@ import threading
 
 import pytest
 
+from cairn_cli.core.hooks.request import PromptRequest
 from cairn_cli.daemon import client, dispatch, singleton
 
 
@@ -57,8 +58,7 @@ def auto(monkeypatch, cairn_home):
 
 
 def _rank(**kw) -> dict:
-    fields = {"prompt": "deploy to production", "session_id": "t", "log": False}
-    return dispatch.rank(fields, {}, **kw)
+    return dispatch.rank(PromptRequest("deploy to production", "t", log=False), {}, **kw)
 
 
 @pytest.mark.parametrize(

@@ -12,8 +12,9 @@ import time
 import pytest
 
 from cairn_cli.config import Settings
+from cairn_cli.core.hooks.prompt import prompt_turn
+from cairn_cli.core.hooks.request import PromptRequest
 from cairn_cli.core.ranking.engine import RankEngine, SharedLock
-from cairn_cli.core.ranking.rank import RankRequest, rank
 from cairn_cli.daemon.batching import Missed, ModelQueue, QueuedEncoder, QueuedReranker, model_queue
 from cairn_cli.errors import DeadlineExceeded
 from cairn_cli.ml.models import get_encoder
@@ -164,7 +165,9 @@ def test_a_prompt_whose_cross_encoder_turn_does_not_come_in_time_skips_the_stage
     ce = PlannedReranker()
     queue = model_queue(None)
     engine = _engine_with(ce, queue, deadline=time.time() - 1)  # no time left for the stage
-    result = rank(RankRequest(prompt="how do we release to production?", session_id="late", k=3), Settings(), engine)
+    result = prompt_turn(
+        PromptRequest(prompt="how do we release to production?", session_id="late", k=3), Settings(), engine
+    )
     assert result.ranker == "cairn" and result.reranker_model == "none" and result.items
     assert any(n.startswith("rerank skipped under load: no turn at the cross-encoder in time") for n in result.notes)
     assert ce.batches == [] and queue.stats()["missed"] == 1
@@ -172,8 +175,8 @@ def test_a_prompt_whose_cross_encoder_turn_does_not_come_in_time_skips_the_stage
     assert row.reranker_model == "none" and row.score_components["reranker"] == "none"
     assert row.score_components["rerank_plan"]["skipped"] is True
     # with time for its turn, the same reranker reorders, and every delivery records its plan as not skipped
-    on_time = rank(
-        RankRequest(prompt="how do we release to production?", session_id="on-time", k=3),
+    on_time = prompt_turn(
+        PromptRequest(prompt="how do we release to production?", session_id="on-time", k=3),
         Settings(),
         _engine_with(ce, queue, deadline=time.time() + 60),
     )
@@ -201,7 +204,7 @@ def test_concurrent_prompts_share_one_cross_encoder_pass(cli):
     prompts = ["how do we release?", "how are prices stored?", "the tests fail, what now?"]
 
     def one(i):
-        return rank(RankRequest(prompt=prompts[i], session_id=f"c{i}", k=3), s, _engine_with(ce, queue))
+        return prompt_turn(PromptRequest(prompt=prompts[i], session_id=f"c{i}", k=3), s, _engine_with(ce, queue))
 
     runs = [_in_thread(one, 0)]
     assert held.wait(60)
@@ -344,7 +347,7 @@ def test_requests_naming_the_same_stores_share_them_and_others_wait_their_turn()
 
 def test_the_daemon_ranks_a_prompt_while_another_is_held_inside(cli, cairn_home, monkeypatch):
     """The old daemon served one request at a time: the second waited for the first's whole turn, then "busy"."""
-    from cairn_cli.core.ranking import rank as rank_module
+    from cairn_cli.core.hooks import prompt as prompt_module
     from cairn_cli.daemon import client
     from cairn_cli.daemon.server import Daemon
 
@@ -353,7 +356,7 @@ def test_the_daemon_ranks_a_prompt_while_another_is_held_inside(cli, cairn_home,
     daemon = Daemon(cairn_home, Settings(), lambda msg: None)
     daemon.load()
     inside, release = threading.Event(), threading.Event()
-    real_rank = rank_module.rank
+    real_rank = prompt_module.prompt_turn
 
     def held_rank(request, settings, engine):
         if request.session_id == "held":
@@ -361,7 +364,7 @@ def test_the_daemon_ranks_a_prompt_while_another_is_held_inside(cli, cairn_home,
             assert release.wait(60)
         return real_rank(request, settings, engine)
 
-    monkeypatch.setattr(rank_module, "rank", held_rank)
+    monkeypatch.setattr(prompt_module, "prompt_turn", held_rank)
 
     def ask(session):
         fields = {"prompt": "how do we release to production?", "session_id": session}
@@ -421,14 +424,16 @@ def test_no_heartbeat_while_requests_are_stuck():
 def test_a_turn_is_never_committed_past_its_deadline(cli, monkeypatch):
     """The deadline passes while the rows are written: the transaction is rolled back, nothing is logged (the
     client has fallen back and logs the turn itself)."""
-    from cairn_cli.core.ranking import rank as rank_module
+    from cairn_cli.core.hooks import prompt as prompt_module
     from cairn_cli.core.store import deliveries
 
     assert cli("memory", "import", EXAMPLES).exit_code == 0
     s = Settings()
     deadline = time.time() + 60
-    req = RankRequest(prompt="how do we release to production?", session_id="late", k=3, commit_deadline=deadline)
-    result = rank(RankRequest(prompt=req.prompt, session_id="late", k=3, log=False), s, RankEngine.in_process(s))
+    req = PromptRequest(prompt="how do we release to production?", session_id="late", k=3, commit_deadline=deadline)
+    result = prompt_turn(
+        PromptRequest(prompt=req.prompt, session_id="late", k=3, log=False), s, RankEngine.in_process(s)
+    )
 
     class Clock:
         calls = 0
@@ -438,16 +443,16 @@ def test_a_turn_is_never_committed_past_its_deadline(cli, monkeypatch):
             Clock.calls += 1
             return deadline - 1 if Clock.calls == 1 else deadline + 1  # in time to start, late to commit
 
-    monkeypatch.setattr(rank_module, "time", Clock)
+    monkeypatch.setattr(prompt_module, "time", Clock)
     with pytest.raises(DeadlineExceeded, match="before the turn was committed"):
-        rank_module.log_turn(req, result, "global", s)
+        prompt_module.log_turn(req, result, "global", s)
     assert deliveries.list_deliveries(s, session_id="late") == []
     # and a turn waiting behind another past its deadline gives up without writing
-    monkeypatch.setattr(rank_module, "time", time)
-    with rank_module._LOGGING:
-        late = RankRequest(prompt=req.prompt, session_id="late", k=3, commit_deadline=time.time() - 1)
+    monkeypatch.setattr(prompt_module, "time", time)
+    with prompt_module._LOGGING:
+        late = PromptRequest(prompt=req.prompt, session_id="late", k=3, commit_deadline=time.time() - 1)
         with pytest.raises(DeadlineExceeded, match="while another turn was being logged"):
-            rank_module.log_turn(late, result, "global", s)
+            prompt_module.log_turn(late, result, "global", s)
     assert deliveries.list_deliveries(s, session_id="late") == []
 
 
@@ -461,7 +466,9 @@ def test_turns_logged_from_many_threads_at_once_are_all_logged_once(cli):
 
     def one(i):
         start.wait(60)
-        return rank(RankRequest(prompt=f"how do we release to production? ({i})", session_id=f"t{i}", k=3), s, engine)
+        return prompt_turn(
+            PromptRequest(prompt=f"how do we release to production? ({i})", session_id=f"t{i}", k=3), s, engine
+        )
 
     runs = [_in_thread(one, i) for i in range(8)]
     for t, _ in runs:

@@ -61,12 +61,13 @@ def _store(cli, n: int = 12) -> None:
 
 
 def _rank(prompt: str, *, hook: dict | None, session: str = "s1"):
+    from cairn_cli.core.hooks.prompt import prompt_turn
+    from cairn_cli.core.hooks.request import PromptRequest
     from cairn_cli.core.ranking.engine import RankEngine
-    from cairn_cli.core.ranking.rank import RankRequest, rank
     from cairn_cli.ml.models import get_encoder
 
     engine = RankEngine(get_encoder("hashing"))
-    return rank(RankRequest(prompt=prompt, session_id=session, scope="p", hook=hook), Settings(), engine)
+    return prompt_turn(PromptRequest(prompt=prompt, session_id=session, scope="p", hook=hook), Settings(), engine)
 
 
 def test_hook_prompts_explore_and_log_it_and_cli_ranks_never_do(cli, monkeypatch):

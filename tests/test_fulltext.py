@@ -25,10 +25,11 @@ import pytest
 
 from cairn_cli import db
 from cairn_cli.config import Settings
+from cairn_cli.core.hooks.prompt import prompt_turn
+from cairn_cli.core.hooks.request import PromptRequest
 from cairn_cli.core.prefilter import is_self_referential_meta
 from cairn_cli.core.ranking.engine import RankEngine
 from cairn_cli.core.ranking.lexical import Candidate, lexical_field
-from cairn_cli.core.ranking.rank import RankRequest, rank
 from cairn_cli.core.store import dedup, evidence, importing, memories, open_stores, search_index
 from cairn_cli.core.text import normalise, sha256, terms
 from cairn_cli.daemon import singleton
@@ -192,7 +193,7 @@ def test_a_write_cairn_did_not_make_is_queued_and_indexed_before_the_fallback_ra
     Memory.update(scope="global").where(Memory.id == 5).execute()
     Memory.delete().where(Memory.id == 7).execute()  # cairn never deletes (it supersedes); a hand-made DELETE
     assert search_index.is_behind()
-    result = rank(RankRequest("where do quarantined flaky tests live", log=False), Settings(), _fallback())
+    result = prompt_turn(PromptRequest("where do quarantined flaky tests live", log=False), Settings(), _fallback())
     assert result.items[0].content == text and not search_index.is_behind()
     assert_in_step()
     assert _sql("SELECT count(*) FROM fulltext_docs WHERE memory_id = 7") == [(0,)]
@@ -207,10 +208,10 @@ def test_an_index_that_cannot_be_brought_up_to_date_is_not_trusted(cli, monkeypa
     monkeypatch.setattr(
         search_index, "sync_if_behind", lambda: "OperationalError: attempt to write a readonly database"
     )
-    request = RankRequest("integration tests fail with connection refused on port 5433", scope="webshop", log=False)
-    result = rank(request, Settings(), _fallback())
+    request = PromptRequest("integration tests fail with connection refused on port 5433", scope="webshop", log=False)
+    result = prompt_turn(request, Settings(), _fallback())
     assert result.items[0].id == 1 and "full-text index behind and not writable" in result.notes[1]
-    _same_or_tied(rank(request, Settings(), _table_engine()), result)
+    _same_or_tied(prompt_turn(request, Settings(), _table_engine()), result)
 
 
 def test_an_interrupted_indexing_keeps_the_batches_it_finished(cli, monkeypatch):
@@ -265,8 +266,8 @@ def test_a_store_made_before_the_index_is_indexed_when_opened(tmp_path):
     assert "0005_memories_fulltext" in names
     assert_in_step()
     assert _sql("SELECT count(*) FROM fulltext_docs") == [(len(lines) - 1,)]
-    request = RankRequest("how should prices be stored for the checkout?", scope="webshop", log=False)
-    _same_or_tied(rank(request, Settings(), _table_engine()), rank(request, Settings(), _fallback()))
+    request = PromptRequest("how should prices be stored for the checkout?", scope="webshop", log=False)
+    _same_or_tied(prompt_turn(request, Settings(), _table_engine()), prompt_turn(request, Settings(), _fallback()))
 
 
 def test_the_fallback_ranks_every_live_memory_and_says_how():
@@ -275,8 +276,8 @@ def test_the_fallback_ranks_every_live_memory_and_says_how():
     rows = [{"content": f"note {i}: the build cache lives in /var/cache/build-{i}", "scope": "web"} for i in range(40)]
     _add({"content": "The oldest memory: flaky payment tests need the stripe mock on port 12111", "scope": "web"})
     _add(*rows)
-    fields = {"prompt": "the payment tests are flaky again", "session_id": "all", "k": 3, "log": False}
-    result = dispatch._in_process(fields, {}, fallback="test")
+    request = PromptRequest("the payment tests are flaky again", "all", k=3, log=False)
+    result = dispatch._in_process(request, {}, fallback="test")
     assert result["ranker"] == "cairn-fallback" and result["embed_model"] is None
     assert result["candidates"] == 41 and result["memories"][0]["id"] == 1
     assert result["notes"] == ["fallback: test"]
@@ -481,8 +482,8 @@ def _compare(queries: list[str], scopes: list[str | None], settings: Settings, k
     compared = 0
     for i, query in enumerate(queries):
         scope = scopes[i % len(scopes)]
-        request = RankRequest(query, scope=scope, k=k, log=False, strict_scope=False)
-        want, got = rank(request, settings, table), rank(request, settings, fallback)
+        request = PromptRequest(query, scope=scope, k=k, log=False, strict_scope=False)
+        want, got = prompt_turn(request, settings, table), prompt_turn(request, settings, fallback)
         _same_or_tied(want, got)
         compared += bool(want.items)
     return compared
@@ -557,8 +558,8 @@ def test_the_fallback_ranks_as_the_rank_engines_table_on_locomo(profile, monkeyp
     table, fallback = _table_engine(), _fallback()
     assert len(queries) >= 50
     for query, scope in zip(queries[:50], scopes):
-        request = RankRequest(query, scope=scope, k=10, log=False)
-        _same_or_tied(rank(request, settings, table), rank(request, settings, fallback))
+        request = PromptRequest(query, scope=scope, k=10, log=False)
+        _same_or_tied(prompt_turn(request, settings, table), prompt_turn(request, settings, fallback))
 
 
 # --- the hot path -----------------------------------------------------------------------------------------------
@@ -659,8 +660,8 @@ def test_postgres_keeps_the_index_in_step_and_ranks_as_the_table(pg_url, tmp_pat
     entries = _generated(300, seed=4)
     _store(entries)
     assert_in_step()
-    request = RankRequest(f"where is {huge} logged", scope="webshop", log=False)
-    _same_or_tied(rank(request, settings, _table_engine()), rank(request, settings, _fallback()))
+    request = PromptRequest(f"where is {huge} logged", scope="webshop", log=False)
+    _same_or_tied(prompt_turn(request, settings, _table_engine()), prompt_turn(request, settings, _fallback()))
     scopes = [None, "alpha", "webshop", "global"]
     assert _compare(_queries([e["content"] for e in entries], 20, seed=2), scopes, settings) >= 15
 
@@ -690,5 +691,5 @@ def test_postgres_store_made_before_the_index_is_indexed_when_opened(pg_url):
     assert [r[0] for r in _sql("SELECT name FROM cairn_migrations ORDER BY name")][-1] >= "0005_memories_fulltext"
     assert_in_step()
     assert _sql("SELECT count(*) FROM fulltext_docs") == [(17,)]
-    request = RankRequest("how should prices be stored for the checkout?", scope="webshop", log=False)
-    _same_or_tied(rank(request, Settings(), _table_engine()), rank(request, Settings(), _fallback()))
+    request = PromptRequest("how should prices be stored for the checkout?", scope="webshop", log=False)
+    _same_or_tied(prompt_turn(request, Settings(), _table_engine()), prompt_turn(request, Settings(), _fallback()))

@@ -222,7 +222,7 @@ def test_an_unexpected_error_is_one_line_and_exit_1_with_a_traceback_only_under_
     store, cairn_home, capsys, monkeypatch, debug
 ):
     from cairn_cli import entry
-    from cairn_cli.core.ranking import rank as rank_module
+    from cairn_cli.core.hooks import prompt as prompt_module
     from cairn_cli.core.store import memories as memories_module
 
     if debug:
@@ -231,7 +231,7 @@ def test_an_unexpected_error_is_one_line_and_exit_1_with_a_traceback_only_under_
     def boom(*a, **k):
         raise RuntimeError("kaboom")
 
-    monkeypatch.setattr(rank_module, "rank", boom)
+    monkeypatch.setattr(prompt_module, "prompt_turn", boom)
     monkeypatch.setattr(memories_module, "list_memories", boom)
     for argv in (["rank", "deploy"], ["memory", "list"]):
         monkeypatch.setattr(sys, "argv", ["cairn", *argv])

@@ -13,6 +13,7 @@ import pytest
 
 from cairn_cli import db
 from cairn_cli.config import Settings, ephemeral_db_url, memory_db_url
+from cairn_cli.core.hooks.request import PromptRequest
 from cairn_cli.core.store import importing, open_stores
 from cairn_cli.daemon import dispatch
 from cairn_cli.db import migrations, schema
@@ -99,8 +100,8 @@ def test_the_lean_fallback_logs_what_the_peewee_fallback_logs(cairn_home, monkey
         if session == "peewee":
             monkeypatch.setattr(db, "open_lean", lambda *a: opened.append(False) or False)
         for prompt in prompts:
-            fields = {"prompt": prompt, "session_id": session, "scope": "webshop", "hook": hook}
-            result = dispatch._in_process(fields, {}, fallback="test")
+            request = PromptRequest(prompt, session, scope="webshop", hook=hook)
+            result = dispatch._in_process(request, {}, fallback="test")
             assert result["ranker"] == "cairn-fallback" and result["memories"]
         assert not db._lean  # closed when the ranking is done
     assert opened == [True, True, False, False]

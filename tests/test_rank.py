@@ -142,17 +142,18 @@ def test_log_delivery_records_an_external_ranking(cli):
 def test_past_the_commit_deadline_nothing_is_logged(cli):
     import pytest
 
+    from cairn_cli.core.hooks.prompt import prompt_turn
+    from cairn_cli.core.hooks.request import PromptRequest
     from cairn_cli.core.ranking.engine import RankEngine
-    from cairn_cli.core.ranking.rank import RankRequest, rank
     from cairn_cli.errors import DeadlineExceeded
     from cairn_cli.ml.models import get_encoder
 
     _load(cli)
     engine = RankEngine(get_encoder("hashing"))
     with pytest.raises(DeadlineExceeded):
-        rank(RankRequest(prompt="deploy", session_id="late", commit_deadline=1.0), Settings(), engine)
+        prompt_turn(PromptRequest(prompt="deploy", session_id="late", commit_deadline=1.0), Settings(), engine)
     assert deliveries.list_deliveries(Settings(), session_id="late") == []
-    result = rank(RankRequest(prompt="deploy", session_id="late"), Settings(), engine)
+    result = prompt_turn(PromptRequest(prompt="deploy", session_id="late"), Settings(), engine)
     assert set(result.timings_ms) >= {"context", "table", "embed", "score", "log"}
 
 
@@ -183,18 +184,19 @@ def test_log_delivery_with_flags(cli):
 
 
 def test_a_warm_engine_refreshes_by_the_changed_rows_and_matches_a_fresh_one(cli):
+    from cairn_cli.core.hooks.prompt import prompt_turn
+    from cairn_cli.core.hooks.request import PromptRequest
     from cairn_cli.core.ranking.engine import RankEngine
-    from cairn_cli.core.ranking.rank import RankRequest, rank
     from cairn_cli.core.store import dedup, evidence, memories
     from cairn_cli.ml.models import get_encoder
 
     _load(cli)
     s = Settings()
     warm = RankEngine(get_encoder("hashing"))
-    req = RankRequest(
+    req = PromptRequest(
         prompt="prices in cents for the checkout and VAT", session_id="w", scope="webshop", k=5, log=False
     )
-    rank(req, s, warm)
+    prompt_turn(req, s, warm)
     table_before = warm.table(s).table
     added = dedup.add_memories(
         [
@@ -214,9 +216,9 @@ def test_a_warm_engine_refreshes_by_the_changed_rows_and_matches_a_fresh_one(cli
         ],
         s,
     )
-    got = rank(req, s, warm)
+    got = prompt_turn(req, s, warm)
     assert warm.table(s).table is table_before, "refreshed in place, not rebuilt"
-    fresh = rank(req, s, RankEngine(get_encoder("hashing")))
+    fresh = prompt_turn(req, s, RankEngine(get_encoder("hashing")))
     assert [(i.id, i.score) for i in got.items] == [(i.id, i.score) for i in fresh.items]
     assert got.items[0].id == added.id and 2 not in [i.id for i in got.items]
     assert got.dropped["prefilter"] == fresh.dropped["prefilter"] == 3

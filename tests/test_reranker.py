@@ -6,10 +6,11 @@ import datetime as dt
 import pytest
 
 from cairn_cli.config import Settings
+from cairn_cli.core.hooks.prompt import prompt_turn
+from cairn_cli.core.hooks.request import PromptRequest
 from cairn_cli.core.ranking import reranking
 from cairn_cli.core.ranking.engine import RankEngine
 from cairn_cli.core.ranking.pipeline import rerank_stage
-from cairn_cli.core.ranking.rank import RankRequest, rank
 from cairn_cli.core.ranking.scoring import Candidate, Scored
 from cairn_cli.core.store import state
 from cairn_cli.ml.reranker import BGE, MSMARCO, DeviceFacts, resolve_reranker
@@ -165,7 +166,7 @@ def test_rank_with_a_reranker_logs_its_name_and_scores(cli):
     fake = FakeReranker({})
     fake.logits = lambda q, texts, prompt=None: [10.0 if "staging" in t else -5.0 + len(t) / 100 for t in texts]
     engine = RankEngine(get_encoder("hashing"), fake)
-    result = rank(RankRequest(prompt="how do we release to production?", session_id="rr", k=3), s, engine)
+    result = prompt_turn(PromptRequest(prompt="how do we release to production?", session_id="rr", k=3), s, engine)
     assert result.reranker_model == "fake-ce" and result.items[0].id == 13
     row = deliveries.list_deliveries(s, session_id="rr")[0]
     assert row.reranker_model == "fake-ce" and row.score_components["reranker"] == "fake-ce"
@@ -193,8 +194,8 @@ def test_the_rerank_stage_is_timed_apart_from_the_composite(cli):
 
     fake = FakeReranker({})
     fake.logits = logits
-    result = rank(
-        RankRequest(prompt="how do we release?", session_id="t", k=3),
+    result = prompt_turn(
+        PromptRequest(prompt="how do we release?", session_id="t", k=3),
         Settings(),
         RankEngine(get_encoder("hashing"), fake),
     )
@@ -202,8 +203,8 @@ def test_the_rerank_stage_is_timed_apart_from_the_composite(cli):
     assert {"score", "rerank"} <= set(laps) and stage_ms == [20.0]
     assert laps["rerank"] >= 20.0
 
-    plain = rank(
-        RankRequest(prompt="how do we release?", session_id="t2", k=3), Settings(), RankEngine(get_encoder("hashing"))
+    plain = prompt_turn(
+        PromptRequest(prompt="how do we release?", session_id="t2", k=3), Settings(), RankEngine(get_encoder("hashing"))
     )
     assert "rerank" not in plain.timings_ms and "score" in plain.timings_ms
 

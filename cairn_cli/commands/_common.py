@@ -52,7 +52,8 @@ def opened_settings(*, read_only: bool = False, create: bool = False, **override
 def read_response(response: str | None, file: Path | None) -> str:
     """The agent's response: `--file PATH`, else the argument, else stdin (bytes that are not UTF-8 replaced; at most
     CAIRN_MAX_INPUT_BYTES of either)."""
-    from cairn_cli.hotpath import read_file, read_text_arg
+    from cairn_cli.hotpath import read_text_arg
+    from cairn_cli.inputs import read_file
 
     if file is not None:
         return read_file(file, "pass the path of the response text, or pipe it on stdin").decode(

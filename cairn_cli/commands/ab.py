@@ -8,7 +8,7 @@ import typer
 
 from cairn_cli import output
 from cairn_cli.commands._common import DryRun, Json, opened_settings
-from cairn_cli.hotpath import MAX_TURN
+from cairn_cli.core.ids import MAX_TURN
 
 
 def assign(

@@ -8,7 +8,8 @@ import typer
 
 from cairn_cli import output
 from cairn_cli.commands._common import Json, opened_settings
-from cairn_cli.hotpath import MAX_TURN, read_text_arg
+from cairn_cli.core.ids import MAX_TURN
+from cairn_cli.hotpath import read_text_arg
 
 LOG_DELIVERY_HELP = """Record deliveries made by another ranker (JSON object on stdin or as the argument).
 

@@ -9,7 +9,7 @@ import typer
 
 from cairn_cli import output
 from cairn_cli.commands._common import Json, ResponseFile, opened_settings, read_response, settings
-from cairn_cli.hotpath import MAX_TURN
+from cairn_cli.core.ids import MAX_TURN
 
 
 def engage(

@@ -1,6 +1,6 @@
 """`cairn rank`: which memories fit this context; prints the injection block and logs each delivery.
 
-The shell hook reaches `rank` through cairn_cli/entry.py (argparse, no Typer); both share cairn_cli/hotpath.py.
+The shell hook reaches `rank` through cairn_cli/entry.py (parsed by hand, no Typer); both share cairn_cli/hotpath.py.
 """
 
 from __future__ import annotations
@@ -10,7 +10,9 @@ from typing import Annotated
 import typer
 
 from cairn_cli.commands._common import globals_overrides
-from cairn_cli.hotpath import MAX_TURN, emit_rank, rank_fields, read_prompt
+from cairn_cli.core.hooks.request import PromptRequest
+from cairn_cli.core.ids import MAX_TURN
+from cairn_cli.hotpath import emit_rank, read_prompt
 
 
 def rank(
@@ -36,9 +38,8 @@ def rank(
     from cairn_cli.daemon import dispatch
 
     text = read_prompt(prompt)
-    result = dispatch.rank(
-        rank_fields(text, session, scope, transcript, k, layer, turn, not no_log),
-        globals_overrides(),
-        autostart=autostart,
+    request = PromptRequest.from_cli(
+        text, session=session, scope=scope, transcript=transcript, k=k, layer=layer, turn=turn, log=not no_log
     )
+    result = dispatch.rank(request, globals_overrides(), autostart=autostart)
     emit_rank(result, json)

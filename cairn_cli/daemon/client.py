@@ -1,19 +1,7 @@
-"""The hook's side of the daemon: stdlib only (no torch, numpy, peewee, rich, typer — and no orjson, whose import
-pulls in dataclasses, uuid and zoneinfo: 14 ms here against 1.4 ms for json).
-
-One request per connection: a JSON line out, a JSON line back, under one deadline for connect + read.
-The socket must be a socket we own with mode 0600; anything else (another user's path, a planted file) is
-refused, never trusted.
-
-Why the daemon did not answer decides what the caller may do next (dispatch.py):
-- NotRunning: no daemon listens (no socket, a stale one, one that is not ours): one may be started;
-- Loading, Busy: a daemon is alive and said so (models loading; its listen queue full, or other databases than
-  ours in use for our whole deadline): never a reason to start another;
-- Slow: connected, no answer within the deadline, but the daemon's heartbeat is live (daemon.json's mtime, touched
-  every HEARTBEAT_S while it makes progress): slow under load; fall back for this prompt only;
-- NoAnswer: connected, no answer within the deadline and no heartbeat (hung, stopped): never start another, and
-  skip the daemon for a short back-off (the marker file daemon.backoff) instead of paying the timeout again.
-"""
+"""The hook's side of the daemon: one request per connection, a JSON line out and one back under one deadline, to
+a socket we own with mode 0600 (anything else is refused). Stdlib only (no torch, numpy, peewee, rich, typer — and
+no orjson, whose import pulls in dataclasses, uuid and zoneinfo: 14 ms here against 1.4 ms for json). Why the daemon
+did not answer (NotRunning, Loading, Busy, Slow, NoAnswer) decides what dispatch.py may do next (docs/hot-path.md)."""
 
 from __future__ import annotations
 

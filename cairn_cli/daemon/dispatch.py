@@ -1,15 +1,6 @@
-"""Where a ranking runs: in the daemon when it answers, else in this process.
-
-CAIRN_DAEMON=auto (default): ask the daemon; when it is absent, stale, hung or refused, rank here with the
-lexical fallback (keywords + scope, no model loaded) and say so in the provenance. CAIRN_DAEMON=off: load the
-models in this process (slow; for tests and one-off use). Nothing heavy is imported unless the daemon fails.
-
-The circuit breaker: only "no daemon listens" may start one (autostart), and only one process per CAIRN_HOME
-at a time (singleton.claim_spawn); a daemon that is loading or busy said so and is left alone; one that did not answer
-in time but whose heartbeat is live is slow under load: this prompt falls back, the next one asks again; one that
-did not answer and has no heartbeat is hung: skipped for CAIRN_DAEMON_BACKOFF_S, so that it costs one prompt its
-timeout, not every one.
-"""
+"""Where a ranking runs: in the daemon when it answers, else in this process (the lexical fallback, said so in the
+provenance); CAIRN_DAEMON=off loads the models here. A circuit breaker decides when a daemon may be started and
+when a hung one is skipped for a back-off (docs/hot-path.md). Nothing heavy is imported unless the daemon fails."""
 
 from __future__ import annotations
 
@@ -18,6 +9,7 @@ import sys
 import time
 
 from cairn_cli import config
+from cairn_cli.core.hooks.request import PromptRequest
 from cairn_cli.daemon import client
 
 COMMIT_MARGIN_S = 0.1
@@ -64,8 +56,8 @@ def start_for_next_time(home, why: str) -> str:
     return "daemon autostarted for next time"
 
 
-def rank(fields: dict, overrides: dict, *, autostart: bool = False) -> dict:
-    """Rank `fields` (RankRequest's) with settings `overrides`; returns RankResult.as_dict()."""
+def rank(request: PromptRequest, overrides: dict, *, autostart: bool = False) -> dict:
+    """Rank `request` with settings `overrides`; returns RankResult.as_dict()."""
     from cairn_cli.errors import CairnError
 
     mode = config.get("DAEMON")
@@ -74,14 +66,14 @@ def rank(fields: dict, overrides: dict, *, autostart: bool = False) -> dict:
 
         raise ConfigError(f"CAIRN_DAEMON={mode!r} is not auto or off", "set CAIRN_DAEMON=auto")
     if mode == "off":
-        return _in_process(fields, overrides, fallback=None)
+        return _in_process(request, overrides, fallback=None)
     backoff_s = config.get("DAEMON_BACKOFF_S")
     skipped = client.backoff_reason(backoff_s)
     if skipped:
-        return _in_process(fields, overrides, fallback=skipped)
+        return _in_process(request, overrides, fallback=skipped)
     timeout_ms = config.get("DAEMON_TIMEOUT_MS")
     # the daemon logs nothing once we may have given up on it: no prompt is logged twice
-    sent = {**fields, "commit_deadline": time.time() + max(0.05, timeout_ms / 1000.0 - COMMIT_MARGIN_S)}
+    sent = {**request.as_dict(), "commit_deadline": time.time() + max(0.05, timeout_ms / 1000.0 - COMMIT_MARGIN_S)}
     try:
         answer = _ask(
             "rank", {"request": sent, "settings": overrides, "env": client.client_environ()}, timeout_ms, backoff_s
@@ -97,7 +89,7 @@ def rank(fields: dict, overrides: dict, *, autostart: bool = False) -> dict:
             reason += f"; skipping the daemon for {backoff_s:g} s (back-off)"
         elif isinstance(exc, client.NotRunning) and autostart:
             reason += "; " + start_for_next_time(config.home_dir(), reason)
-    return _in_process(fields, overrides, fallback=reason)
+    return _in_process(request, overrides, fallback=reason)
 
 
 def _ask(op: str, payload: dict, timeout_ms: int, backoff_s: float) -> dict:
@@ -116,18 +108,17 @@ def _ask(op: str, payload: dict, timeout_ms: int, backoff_s: float) -> dict:
     return answer
 
 
-def _in_process(fields: dict, overrides: dict, *, fallback: str | None) -> dict:
+def _in_process(request: PromptRequest, overrides: dict, *, fallback: str | None) -> dict:
     from cairn_cli.config import Settings
+    from cairn_cli.core.hooks.prompt import prompt_turn
     from cairn_cli.core.ranking.engine import RankEngine
-    from cairn_cli.core.ranking.rank import RankRequest
-    from cairn_cli.core.ranking.rank import rank as run_rank
     from cairn_cli.core.store import open_stores
 
     settings = Settings(**overrides)
     lean = open_stores(settings, lean=fallback is not None)  # the fallback: no peewee on a SQLite store (db.open_lean)
     try:
         engine = RankEngine.lexical_fallback(fallback) if fallback else RankEngine.in_process(settings)
-        return run_rank(RankRequest(**fields), settings, engine).as_dict()
+        return prompt_turn(request, settings, engine).as_dict()
     finally:
         if lean:
             from cairn_cli import db
@@ -186,11 +177,10 @@ def _daemon_ready() -> bool:
 
 
 def _local_embed(texts: list[str]):
-    """(model name, float32 array): the configured model, loaded in this process."""
-    from cairn_cli.ml.models import get_encoder
+    """(model name, float32 array): the configured model, loaded in this process (ml/models.embed_here)."""
+    from cairn_cli.ml.models import embed_here
 
-    encoder = get_encoder(config.get("EMBED_MODEL"), config.get("EMBED_DTYPE"))
-    return encoder.name, encoder.encode(texts)
+    return embed_here(texts, config.get("EMBED_MODEL"), config.get("EMBED_DTYPE"))
 
 
 def embed(texts: list[str]) -> list[list[float]] | None:

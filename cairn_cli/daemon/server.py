@@ -1,24 +1,6 @@
-"""The model daemon: owns the warm models and scoring tables, serves rank / embed / health on a Unix socket.
-
-- one daemon per CAIRN_HOME: an exclusive flock on daemon.lock (singleton.py), taken by entry.py before anything heavy
-  is imported; a second `serve` exits 1 at once;
-- holding the lock, any socket file left behind is stale and is replaced (stale-socket recovery);
-- the socket is created with mode 0600 (umask), there is no TCP listener; its listen queue holds 64 connections;
-- daemon.json tells pid, state (loading / ready), models and warnings; removed on a clean exit; its mtime is the
-  heartbeat (every HEARTBEAT_S, while requests finish or none is stuck): a client that timed out reads it to tell
-  a daemon slow under load (fall back for this prompt) from a hung one (back off);
-- SIGTERM / SIGINT shut it down cleanly; requests run concurrently, a thread each: the composite of many prompts at
-  once (the warm tables are shared, refreshed under their own lock: engine.py), the embedder and the cross-encoder
-  behind one queue whose worker runs the calls waiting together as one forward pass (batching.py): a prompt whose
-  cross-encoder turn does not come within the rerank budget skips the stage and says so; the databases are bound
-  per request and shared by the requests that name the same ones (one that names others waits until they are
-  done: "busy" if that is past its client's deadline); one that arrives while the models load is answered
-  "loading"; health answers at once, whatever is running; a reranker swapped in serves the requests that start
-  after it (each keeps the one it started with); OpenMP's idle threads sleep instead of spinning on the cores the
-  hooks' processes need (ml/device.py idle_threads_sleep);
-- it exits by itself when it is an orphan (its CAIRN_HOME, socket or lock file deleted or replaced: checked on
-  every request and every CAIRN_DAEMON_WATCH_S) and, when CAIRN_DAEMON_IDLE_EXIT_S is set, when idle that long.
-"""
+"""The model daemon: owns the warm models and scoring tables, serves rank / embed / health on a Unix socket, one
+per CAIRN_HOME, requests concurrently (a thread each; the models behind batching queues), exiting by itself when
+orphaned or idle. Its lock, socket, heartbeat and concurrency rules are in docs/hot-path.md."""
 
 from __future__ import annotations
 
@@ -298,7 +280,8 @@ class Daemon:
         settings = Settings(environ=req.get("env") or {}, **(req.get("settings") or {}))
         deadline = req.get("deadline") if isinstance(req.get("deadline"), (int, float)) else None
         if op == "rank":
-            from cairn_cli.core.ranking.rank import RankRequest, rank
+            from cairn_cli.core.hooks.prompt import prompt_turn
+            from cairn_cli.core.hooks.request import PromptRequest
             from cairn_cli.core.store import open_stores
 
             fields = req.get("request")
@@ -308,7 +291,7 @@ class Daemon:
             with self.stores.using(_stores_key(settings), lambda: open_stores(settings), deadline):
                 self.refresh_reranker(settings)  # after open_stores: a calibrated floor is machine state
                 engine = self.request_engine(settings, deadline)
-                result = rank(RankRequest(**fields), settings, engine)
+                result = prompt_turn(PromptRequest.from_dict(fields), settings, engine)
                 self.adapt(engine, settings)
             gc.freeze()  # the warm tables are long-lived: keep the cyclic GC from rescanning 100k objects
             return {"ok": True, "result": result.as_dict()}

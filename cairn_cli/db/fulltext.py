@@ -1,24 +1,42 @@
-"""The full-text index's SQL: what core/store/search_index.py writes and core/ranking/fallback.py reads.
-
-Tables (migration 0005): `fulltext_docs` (one row per live memory: scope, bucket-4 flag, term counts as JSON
-{term: [in content, in keywords]}, the two lengths), `fulltext_pending` (memories whose row is out of date, queued
-by triggers on `memories`). On SQLite, triggers on `fulltext_docs` keep `fulltext_postings` (term, scope, memory ->
-tf, length at keyword weight 2), `fulltext_terms` (document frequency, tf ceiling, shortest length) and
-`fulltext_scopes` (counts and total lengths) in step. On PostgreSQL `fulltext_docs.tsv` (a tsvector of the same
-terms, GIN-indexed) finds the memories that contain a term, and the statistics are aggregates.
-
-Statements are plain SQL through the memory store's connection (db.execute), lean or peewee's: this is the hook's
-hot path.
-"""
+"""The full-text index's SQL: what core/store/search_index.py writes and core/ranking/fallback.py reads, as plain SQL
+through the memory store's connection (db.execute), lean or peewee's: this is the hook's hot path. The tables
+and how they stay in step on SQLite and PostgreSQL are in docs/hot-path.md."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 from cairn_cli import db as _store
 
 TSV_MAX_BYTES = 2046  # PostgreSQL's longest lexeme in a tsvector / tsquery (2 KB less one)
-Doc = tuple  # (memory_id, scope, meta, content_len, keyword_len, terms JSON, neighbour group)
+
+
+class Doc(NamedTuple):
+    """One memory's row of the index."""
+
+    memory_id: int
+    scope: str
+    meta: int  # 1: a bucket-4 memory (ranked only with the prefilter off)
+    content_len: int
+    keyword_len: int
+    terms: str  # JSON {term: [in content, in keywords]}
+    grp: str  # its neighbour group: the writing session, else the scope
+
+
+class ScopeStats(NamedTuple):
+    """One scope's BM25 collection statistics over the index (n: not bucket 4; *_meta: bucket 4)."""
+
+    scope_id: int | None  # None: not from fulltext_scopes (PostgreSQL, or rows held in memory)
+    scope: str
+    n: int
+    n_meta: int
+    content_len: int
+    keyword_len: int
+    content_len_meta: int
+    keyword_len_meta: int
+
+
 _DOC_COLUMNS = "memory_id, scope, meta, content_len, keyword_len, terms, grp"
 
 
@@ -53,7 +71,7 @@ def live_memories(ids: Sequence[int]) -> list[tuple]:
     )
 
 
-def replace(ids: Sequence[int], docs: Iterable[Doc], tsvectors: Sequence[str] | None = None) -> None:
+def replace(ids: Sequence[int], docs: Iterable[tuple], tsvectors: Sequence[str] | None = None) -> None:
     """Drop the index rows of `ids`, insert `docs` (those of `ids` that are live), and clear them from the queue.
     The caller holds the transaction. On PostgreSQL `tsvectors` are the docs' tsvector literals."""
     ids = list(ids)
@@ -88,14 +106,14 @@ def all_memory_rows() -> list[tuple]:
 # --- reading ----------------------------------------------------------------------------------------------------
 
 
-def scope_stats() -> list[tuple]:
-    """Per scope: (scope id or None, scope, n, n_meta, content_len, keyword_len, content_len_meta, keyword_len_meta)
-    over the indexed memories (n: not bucket 4; *_meta: bucket 4)."""
+def scope_stats() -> list[ScopeStats]:
+    """Per scope, its statistics over the indexed memories."""
     if not is_postgres():
-        return _sql(
+        rows = _sql(
             "SELECT id, scope, n, n_meta, content_len, keyword_len, content_len_meta, keyword_len_meta "
             "FROM fulltext_scopes WHERE n + n_meta > 0"
         )
+        return [ScopeStats._make(r) for r in rows]
     out: dict[str, list] = {}
     for scope, meta, n, clen, klen in _sql(
         "SELECT scope, meta, count(*), sum(content_len), sum(keyword_len) FROM fulltext_docs GROUP BY scope, meta"
@@ -105,7 +123,7 @@ def scope_stats() -> list[tuple]:
             row[3], row[6], row[7] = n, int(clen), int(klen)
         else:
             row[2], row[4], row[5] = n, int(clen), int(klen)
-    return [tuple(r) for r in out.values()]
+    return [ScopeStats._make(r) for r in out.values()]
 
 
 def term_stats(terms: Sequence[str]) -> dict[str, tuple[int, int, int, int]]:
@@ -135,13 +153,23 @@ def postings_query(scope_ids: Sequence[int] | None):
     return run
 
 
-def docs(ids: Sequence[int]) -> list[Doc]:
-    out: list[Doc] = []
+def _docs(sql: str, params: Sequence = ()) -> list[Doc]:
+    return list(map(Doc._make, _sql(sql, params)))
+
+
+def _by_ids(sql: str, ids: Sequence[int]) -> list[tuple]:
+    """The rows of `sql`, whose `{}` is an IN list's placeholders, for `ids` 500 at a time (SQLite's limit of bound
+    variables)."""
+    out: list[tuple] = []
     ids = list(ids)
     for start in range(0, len(ids), 500):
         chunk = ids[start : start + 500]
-        out += _sql(f"SELECT {_DOC_COLUMNS} FROM fulltext_docs WHERE memory_id IN ({_store.marks(len(chunk))})", chunk)
+        out += _sql(sql.format(_store.marks(len(chunk))), chunk)
     return out
+
+
+def docs(ids: Sequence[int]) -> list[Doc]:
+    return list(map(Doc._make, _by_ids(f"SELECT {_DOC_COLUMNS} FROM fulltext_docs WHERE memory_id IN ({{}})", ids)))
 
 
 def newest(scopes: Sequence[str] | None, k: int, *, with_meta: bool) -> list[int]:
@@ -170,7 +198,7 @@ def neighbours(docs: Sequence[Doc], *, with_meta: bool) -> dict[int, tuple[int |
     meta = "" if with_meta else " AND meta = 0"
     out = {}
     for doc in docs:
-        memory_id, group = doc[0], doc[6]
+        memory_id, group = doc.memory_id, doc.grp
         before = _sql(
             f"SELECT max(memory_id) FROM fulltext_docs WHERE grp = ? AND memory_id < ?{meta}", (group, memory_id)
         )
@@ -184,8 +212,8 @@ def neighbours(docs: Sequence[Doc], *, with_meta: bool) -> dict[int, tuple[int |
 def meta_docs(scopes: Sequence[str] | None) -> list[Doc]:
     """The bucket-4 memories in `scopes` (None: all) (ranked only with the prefilter off)."""
     if scopes is None:
-        return _sql(f"SELECT {_DOC_COLUMNS} FROM fulltext_docs WHERE meta = 1")
-    return _sql(
+        return _docs(f"SELECT {_DOC_COLUMNS} FROM fulltext_docs WHERE meta = 1")
+    return _docs(
         f"SELECT {_DOC_COLUMNS} FROM fulltext_docs WHERE meta = 1 AND scope IN ({_store.marks(len(scopes))})",
         list(scopes),
     )
@@ -194,8 +222,8 @@ def meta_docs(scopes: Sequence[str] | None) -> list[Doc]:
 def scope_docs(scopes: Sequence[str] | None) -> list[Doc]:
     """Every indexed memory in `scopes` (None: all)."""
     if scopes is None:
-        return _sql(f"SELECT {_DOC_COLUMNS} FROM fulltext_docs")
-    return _sql(f"SELECT {_DOC_COLUMNS} FROM fulltext_docs WHERE scope IN ({_store.marks(len(scopes))})", list(scopes))
+        return _docs(f"SELECT {_DOC_COLUMNS} FROM fulltext_docs")
+    return _docs(f"SELECT {_DOC_COLUMNS} FROM fulltext_docs WHERE scope IN ({_store.marks(len(scopes))})", list(scopes))
 
 
 def containing(terms: Sequence[str]) -> list[Doc]:
@@ -207,7 +235,7 @@ def containing(terms: Sequence[str]) -> list[Doc]:
         query = " | ".join(tsquote(t) for t in terms if len(t.encode()) <= TSV_MAX_BYTES)
         if not query:
             return []
-        return _sql(f"SELECT {_DOC_COLUMNS} FROM fulltext_docs WHERE tsv @@ ?::tsquery", (query,))
+        return _docs(f"SELECT {_DOC_COLUMNS} FROM fulltext_docs WHERE tsv @@ ?::tsquery", (query,))
     ids: set[int] = set()
     for start in range(0, len(terms), 500):
         chunk = list(terms[start : start + 500])
@@ -218,6 +246,15 @@ def containing(terms: Sequence[str]) -> list[Doc]:
             )
         )
     return docs(sorted(ids)) + meta_docs(None)
+
+
+MEMORY_COLUMNS = ("id", "content", "keywords", "scope", "kind", "confidence", "updated_at", "source_ref", "session_id")
+
+
+def memory_rows(ids: Sequence[int]) -> list[tuple]:
+    """MEMORY_COLUMNS of the memories `ids` (keywords as stored: JSON; on SQLite's lean connection the datetimes
+    are text), what the fallback's composite builds its candidates from."""
+    return _by_ids(f"SELECT {', '.join(MEMORY_COLUMNS)} FROM memories WHERE id IN ({{}})", ids)
 
 
 def tsquote(term: str) -> str:

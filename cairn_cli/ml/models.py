@@ -132,3 +132,9 @@ def get_encoder(name: str, dtype: str = "auto") -> Encoder:
                     f"set CAIRN_EMBED_MODEL to {BUNDLED_EMBEDDER} or {HASHING_EMBEDDER}",
                 )
         return _cache[key]
+
+
+def embed_here(texts: list[str], name: str, dtype: str = "auto") -> tuple[str, np.ndarray]:
+    """(model name, float32 rows): `texts` embedded by model `name`, loaded in this process."""
+    encoder = get_encoder(name, dtype)
+    return encoder.name, encoder.encode(texts)

@@ -1,24 +1,6 @@
 """The write-side live A/B: does one speculative instruction make the agent write memories that get USED more?
-
-Assignment: each main-agent prompt is randomly given arm A (the live generation rules) or arm B (the same rules
-plus `ab_b_instruction`, printed after the memories, i.e. after the cached part of the context). Subagent prompts
-get no arm. The arm and its version go to hook_state; at Stop the turn's new memories carry the arm's version in
-`source_ref` (`ab_arm_versions`, machine-managed), so every later delivery of a memory knows the arm that wrote it.
-
-Analysis (pre-registered): the unit is the writing SESSION (memories of one session are not independent, and
-randomisation is per prompt inside sessions). A session is counted once it is mature (its newest memory is
-AB_MATURE_DAYS old), on the deliveries inside each memory's window, so its outcome never changes after it is
-first counted. For each mature session that wrote memories under both arms and whose memories were delivered
-and engagement-tagged `lexical` under both arms within the window, B wins the session when its
-memories' lexical engagement rate is higher, loses when lower (ties drop out). The wins and losses feed a
-one-sided sequential probability ratio test of H0: P(B wins a session) = 0.5 against H1: = AB_SPRT_P1. Its
-likelihood ratio is a non-negative martingale under H0, so by Ville's inequality the chance that it EVER crosses
-1/alpha is at most alpha: cron may look after every session without inflating false promotions. B is promoted
-when the ratio crosses 1/AB_ALPHA, at least AB_MIN_SESSIONS sessions are decided, and the guard holds (B's mean
-agent grade is not more than AB_GRADE_TOLERANCE below A's, on at least AB_MIN_GRADES grades each); it is retired
-when the ratio falls under AB_BETA (B is clearly not better). Semantic-tagged rows are reported, never pooled
-into the test (their rate is 1 by construction).
-"""
+Each main-agent prompt draws arm A (the live rules) or B (plus one instruction); the analysis is per writing session,
+a one-sided sequential probability ratio test with a grade guard (docs/ab-test.md has the pre-registered design)."""
 
 from __future__ import annotations
 
@@ -56,15 +38,23 @@ class Arms:
     queue: list
 
 
+KEYS = (B_KEY, VERSIONS_KEY, QUEUE_KEY)  # the machine-managed state the arms are read from
+
+
 def arms(settings: Settings, live: generation_rules.Rules | None = None) -> Arms:
     """The arms in force: machine-managed state, else A = the live rules' version (`live`, when the caller has
     read them already) and B = the shipped candidate."""
-    instruction = state.get(B_KEY, settings, SHIPPED_B)
-    versions = state.get(VERSIONS_KEY, settings)
+    return arms_from(state.get_many(KEYS, settings), settings, live)
+
+
+def arms_from(values: dict, settings: Settings, live: generation_rules.Rules | None = None) -> Arms:
+    """The arms of machine-managed `values` (state.get_many of at least KEYS)."""
+    instruction = values.get(B_KEY, SHIPPED_B)
+    versions = values.get(VERSIONS_KEY)
     if versions is None:
         a_version = (live or generation_rules.live(settings)).version
         versions = {"A": a_version, "B": b_version(a_version, instruction) if instruction else None}
-    return Arms(dict(versions), instruction, list(state.get(QUEUE_KEY, settings, [])))
+    return Arms(dict(versions), instruction, list(values.get(QUEUE_KEY, [])))
 
 
 def assign(
@@ -72,7 +62,13 @@ def assign(
 ) -> tuple[str | None, str, str | None]:
     """(arm or None, the version that stamps the turn's memories, arm B's instruction when B). Seeded per prompt
     with AB_SEED (tests, simulations), else truly random."""
-    current = arms(settings, live)
+    return draw(arms(settings, live), session_id, turn, is_subagent=is_subagent, settings=settings)
+
+
+def draw(
+    current: Arms, session_id: str, turn: int, *, is_subagent: bool, settings: Settings
+) -> tuple[str | None, str, str | None]:
+    """assign() with the arms in force already read."""
     if not settings.AB_TEST_ENABLED or is_subagent or not current.b_instruction or not current.versions.get("B"):
         return None, current.versions["A"], None
     seed = settings.AB_SEED

@@ -30,11 +30,17 @@ def shipped_text() -> str:
     return (Path(__file__).parents[2] / "data" / "generation_rules.md").read_text(encoding="utf-8").strip()
 
 
+KEYS = (VERSION_KEY, RULES_KEY)  # the machine-managed state the live rules are read from
+
+
 def live(settings: Settings) -> Rules:
     """The live generation rules: machine-managed state, else what cairn ships."""
-    return Rules(
-        str(state.get(VERSION_KEY, settings, SHIPPED_VERSION)), str(state.get(RULES_KEY, settings) or shipped_text())
-    )
+    return live_from(state.get_many(KEYS, settings))
+
+
+def live_from(values: dict) -> Rules:
+    """The live rules of machine-managed `values` (state.get_many of at least KEYS)."""
+    return Rules(str(values.get(VERSION_KEY, SHIPPED_VERSION)), str(values.get(RULES_KEY) or shipped_text()))
 
 
 def render(rules: Rules, scope: str, extra: str | None = None) -> str:

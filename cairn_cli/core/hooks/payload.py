@@ -10,8 +10,9 @@ import json
 import os
 import re
 
+from cairn_cli.core.hooks.request import PromptRequest
+from cairn_cli.core.ids import clean_text, session_key
 from cairn_cli.errors import InvalidInput
-from cairn_cli.hotpath import clean_text, session_key
 
 PROMPT_EVENT, STOP_EVENT = "UserPromptSubmit", "Stop"
 _SCOPE_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
@@ -87,27 +88,24 @@ def hook_scope(payload: HookPayload, scope_setting: str) -> str:
     return name[:200] or "global"
 
 
-def prompt_request(payload: HookPayload, scope_setting: str) -> dict:
-    """The RankRequest fields for a UserPromptSubmit payload (stdlib only: the prompt hook's hot path)."""
+def prompt_request(payload: HookPayload, scope_setting: str) -> PromptRequest:
+    """The ranking request of a UserPromptSubmit payload (stdlib only: the prompt hook's hot path)."""
     transcript = payload.transcript_path
     if transcript:
         transcript = os.path.expanduser(transcript)
-    return {
-        "prompt": payload.prompt,
-        "session_id": payload.session_id,
-        "scope": hook_scope(payload, scope_setting),
-        "transcript": transcript,
-        "k": None,
-        "layer": "subagent" if payload.is_subagent else "prompt",
-        "turn": None,
-        "log": True,
-        "strict_scope": False,
-        "with_rules": True,
-        "hook": {
+    return PromptRequest(
+        payload.prompt or "",
+        payload.session_id,
+        scope=hook_scope(payload, scope_setting),
+        transcript=transcript,
+        layer="subagent" if payload.is_subagent else "prompt",
+        strict_scope=False,
+        with_rules=True,
+        hook={
             "transcript_path": transcript,
             "agent_id": payload.agent_id,
             "is_subagent": payload.is_subagent,
             "agent_type": payload.agent_type,
             "cwd": payload.cwd,
         },
-    }
+    )

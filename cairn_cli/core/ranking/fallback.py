@@ -1,32 +1,7 @@
 """The lexical fallback's table: the composite of every live memory in scope, read from the store's full-text index.
-
-The daemon ranks from a table it keeps warm (scoring.py). When it does not answer, the hook's own process ranks
-with keywords and scope only, and must be fast whatever the store's size, with no model and no numpy. It gives
-exactly the daemon's composite without embeddings (the same BM25, k1 1.2, b 0.75, idf log(1 + (N - df + 0.5) /
-(df + 0.5)), over the same memories: live, not bucket 4 unless the prefilter is off; the same max-normalisation,
-scope bonus and tie-break by newer id), computed in a different order:
-
-- Top-k by BM25 per scope group (the requested scope, global; or all memories), term at a time with MaxScore's
-  bound: the query's terms are read rarest first from the index's postings, adding each memory's exact
-  contribution; once the terms left could add less than the k-th best partial score, no memory not yet seen can
-  enter the top k, so the rest of the postings (the common terms, the long lists) are never read. The memories
-  whose partial score plus that bound still reaches the k-th best are completed from their stored term counts.
-  Within a group the composite is increasing in BM25 (same scope bonus), so the top k of the composite over all
-  groups is among the groups' top k; each group also offers its k newest memories (the ties at BM25 0 go to the
-  newer id).
-- Without the postings (PostgreSQL; a keyword weight other than the one the postings are counted at; a confidence
-  or recency weight, which makes every memory a candidate), every memory that contains a query term (and every
-  memory in scope, for those weights) is scored from its stored counts.
-- A store whose index is behind (a write the index has not seen) and that this process cannot update is scored
-  from the memories themselves, slowly, rather than from a stale index.
-
-Why not SQLite FTS5 and its `bm25()`: its idf (log((N - n + 0.5) / (n + 0.5)), floored at 1e-6) is not cairn's,
-it cannot take cairn's stemmer or the keyword field's weight as they are, and it scores every memory that holds
-any query term; on the same terms its top 10 matched cairn's BM25 for 11 to 20 of 50 prompts and took twice the
-index's time at 100k memories (bench/fallback.md). On PostgreSQL the tsvector's GIN index finds the memories
-that hold a query term and they are scored here, not by `ts_rank_cd` (a cover-density rank, not BM25), so both
-stores rank alike.
-"""
+When the daemon does not answer, the hook's own process ranks with keywords and scope only (no model, no numpy),
+exactly the daemon's composite without embeddings, top-k by BM25 with MaxScore's bound over the index's postings;
+the how and the why (and why not FTS5's `bm25()`) are in docs/hot-path.md."""
 
 from __future__ import annotations
 
@@ -50,6 +25,7 @@ from cairn_cli.core.ranking.lexical import (
 )
 from cairn_cli.core.store import search_index
 from cairn_cli.core.text import GLOBAL_SCOPE, terms
+from cairn_cli.db.fulltext import Doc, ScopeStats
 
 COMPLETE_COST = 8  # completing a memory from its stored counts costs about this many postings read
 _EPS = 1e-9  # relative slack on every bound: a memory at the bound is completed, never skipped
@@ -58,15 +34,15 @@ _EPS = 1e-9  # relative slack on every bound: a memory at the bound is completed
 class _Stats:
     """The BM25 collection statistics of the table (the memories that can rank) at a keyword weight."""
 
-    def __init__(self, scope_rows: Iterable[tuple], prefilter: bool, weight: int):
+    def __init__(self, scope_rows: Iterable[ScopeStats], prefilter: bool, weight: int):
         self.scope_id: dict[str, int] = {}
         n = clen = klen = 0
-        for sid, scope, n_plain, n_meta, c_plain, k_plain, c_meta, k_meta in scope_rows:
-            if sid is not None:
-                self.scope_id[scope] = sid
-            n += n_plain + (0 if prefilter else n_meta)
-            clen += c_plain + (0 if prefilter else c_meta)
-            klen += k_plain + (0 if prefilter else k_meta)
+        for row in scope_rows:
+            if row.scope_id is not None:
+                self.scope_id[row.scope] = row.scope_id
+            n += row.n + (0 if prefilter else row.n_meta)
+            clen += row.content_len + (0 if prefilter else row.content_len_meta)
+            klen += row.keyword_len + (0 if prefilter else row.keyword_len_meta)
         self.n = n
         self.avgdl = (clen + weight * klen) / n if n else 0.0
 
@@ -95,14 +71,14 @@ class IndexedEntry:
 
         self.prefilter = bool(settings.RELEVANCE_PREFILTER_ENABLED)
         self.weight = int(settings.KEYWORD_FIELD_WEIGHT)
-        self.rows: list[tuple] | None = None  # index rows computed here (an index this process cannot update)
+        self.rows: list[Doc] | None = None  # index rows computed here (an index this process cannot update)
         if search_index.is_behind():
             failed = search_index.sync_if_behind()
             if failed:
-                self.rows = search_index.rows_of(sql.all_memory_rows())
+                self.rows = [Doc._make(r) for r in search_index.rows_of(sql.all_memory_rows())]
                 notes.append(f"full-text index behind and not writable ({failed}): every memory scored in memory")
         self.scope_rows = sql.scope_stats() if self.rows is None else _scope_rows(self.rows)
-        self.counts = {row[1]: (row[2], row[3]) for row in self.scope_rows}  # scope -> (ranked, bucket 4)
+        self.counts = {row.scope: (row.n, row.n_meta) for row in self.scope_rows}  # scope -> (ranked, bucket 4)
         self.scopes = sorted({s for s, (n, n_meta) in self.counts.items() if n + n_meta} | {GLOBAL_SCOPE})
         self.table = IndexedTable(self)
 
@@ -121,15 +97,16 @@ class IndexedEntry:
         return n + (0 if self.prefilter else n_meta)
 
 
-def _scope_rows(rows: Iterable[tuple]) -> list[tuple]:
+def _scope_rows(rows: Iterable[Doc]) -> list[ScopeStats]:
     """scope_stats() of index rows held in memory."""
-    out: dict[str, list] = {}
-    for _, scope, meta, clen, klen, _terms, _group in rows:
-        row = out.setdefault(scope, [None, scope, 0, 0, 0, 0, 0, 0])
-        row[3 if meta else 2] += 1
-        row[6 if meta else 4] += clen
-        row[7 if meta else 5] += klen
-    return [tuple(r) for r in out.values()]
+    out: dict[str, dict] = {}
+    for doc in rows:
+        row = out.setdefault(doc.scope, dict.fromkeys(ScopeStats._fields, 0) | {"scope_id": None, "scope": doc.scope})
+        suffix = "_meta" if doc.meta else ""
+        row["n" + suffix] += 1
+        row["content_len" + suffix] += doc.content_len
+        row["keyword_len" + suffix] += doc.keyword_len
+    return [ScopeStats(**r) for r in out.values()]
 
 
 class IndexedTable:
@@ -197,44 +174,44 @@ class IndexedTable:
             # needs its own neighbours' scores, so the neighbours' neighbours are scored too
             in_groups = {s for group, _ in _groups(scope) for s in (group if group is not None else entry.counts)}
             requested = scope if scope and scope != GLOBAL_SCOPE else None
-            docs = {d[0]: d for d in source.docs(list(bm25))}
+            docs = {d.memory_id: d for d in source.docs(list(bm25))}
             for _ in range(2):
                 near.update(
                     source.neighbours([d for i, d in docs.items() if i not in near], with_meta=not entry.prefilter)
                 )
                 others = sorted({n for pair in near.values() for n in pair if n is not None and n not in docs})
                 for doc in source.docs(others):
-                    docs[doc[0]] = doc
-                    if doc[1] in in_groups:  # a neighbour out of scope lends nothing (the table's mask)
-                        bm25[doc[0]] = _doc_bm25(doc, idf, entry.weight, stats.avgdl)
-                        if doc[1] == requested:
-                            bonus.add(doc[0])
+                    docs[doc.memory_id] = doc
+                    if doc.scope in in_groups:  # a neighbour out of scope lends nothing (the table's mask)
+                        bm25[doc.memory_id] = _doc_bm25(doc, idf, entry.weight, stats.avgdl)
+                        if doc.scope == requested:
+                            bonus.add(doc.memory_id)
             near = {i: pair for i, pair in near.items() if i in bm25}
-        return _compose(bm25, bonus, weights, half_life_days, now, want, neighbour_weight, near)
+        return _composite(bm25, bonus, weights, half_life_days, now, want, neighbour_weight, near)
 
 
 # --- where the term counts come from ---------------------------------------------------------------------------
 
 
 class _Source:
-    """Rows (memory_id, scope, meta, content_len, keyword_len, terms JSON) of the index."""
+    """The index's rows (db/fulltext.py's Doc)."""
 
-    def docs(self, ids: Sequence[int]) -> list[tuple]:
+    def docs(self, ids: Sequence[int]) -> list[Doc]:
         raise NotImplementedError
 
     def newest(self, scopes: list[str] | None, k: int) -> list[int]:
         raise NotImplementedError
 
-    def meta_docs(self, scopes: list[str] | None) -> list[tuple]:
+    def meta_docs(self, scopes: list[str] | None) -> list[Doc]:
         raise NotImplementedError
 
-    def containing(self, query: Sequence[str]) -> list[tuple]:
+    def containing(self, query: Sequence[str]) -> list[Doc]:
         raise NotImplementedError
 
-    def scope_docs(self, scopes: list[str] | None) -> list[tuple]:
+    def scope_docs(self, scopes: list[str] | None) -> list[Doc]:
         raise NotImplementedError
 
-    def neighbours(self, docs: Sequence[tuple], *, with_meta: bool) -> dict[int, tuple[int | None, int | None]]:
+    def neighbours(self, docs: Sequence[Doc], *, with_meta: bool) -> dict[int, tuple[int | None, int | None]]:
         raise NotImplementedError
 
 
@@ -281,45 +258,47 @@ class _RowSource(_Source):
     def __init__(self, entry: IndexedEntry):
         self.prefilter = entry.prefilter
         self.rows = entry.rows or []
-        self.by_id = {r[0]: r for r in self.rows}
+        self.by_id = {r.memory_id: r for r in self.rows}
 
     def docs(self, ids):
         return [self.by_id[i] for i in ids if i in self.by_id]
 
     def scope_docs(self, scopes):
-        return [r for r in self.rows if scopes is None or r[1] in scopes]
+        return [r for r in self.rows if scopes is None or r.scope in scopes]
 
     def newest(self, scopes, k):
-        return sorted((r[0] for r in self.scope_docs(scopes) if not (r[2] and self.prefilter)), reverse=True)[:k]
+        return sorted((r.memory_id for r in self.scope_docs(scopes) if not (r.meta and self.prefilter)), reverse=True)[
+            :k
+        ]
 
     def meta_docs(self, scopes):
-        return [r for r in self.scope_docs(scopes) if r[2]]
+        return [r for r in self.scope_docs(scopes) if r.meta]
 
     def containing(self, query):
         wanted = set(query)
-        return [r for r in self.rows if not wanted.isdisjoint(orjson.loads(r[5]))]
+        return [r for r in self.rows if not wanted.isdisjoint(orjson.loads(r.terms))]
 
     def neighbours(self, docs, *, with_meta):
         by_group: dict[str, list[int]] = {}
         for r in self.rows:
-            if with_meta or not r[2]:
-                by_group.setdefault(r[6], []).append(r[0])
+            if with_meta or not r.meta:
+                by_group.setdefault(r.grp, []).append(r.memory_id)
         out = {}
         for doc in docs:
-            ids = sorted(by_group.get(doc[6], []))
-            before = [i for i in ids if i < doc[0]]
-            after = [i for i in ids if i > doc[0]]
-            out[doc[0]] = (before[-1] if before else None, after[0] if after else None)
+            ids = sorted(by_group.get(doc.grp, []))
+            before = [i for i in ids if i < doc.memory_id]
+            after = [i for i in ids if i > doc.memory_id]
+            out[doc.memory_id] = (before[-1] if before else None, after[0] if after else None)
         return out
 
 
 # --- BM25 ------------------------------------------------------------------------------------------------------
 
 
-def _doc_bm25(doc: tuple, idf: dict[str, float], weight: int, avgdl: float) -> float:
+def _doc_bm25(doc: Doc, idf: dict[str, float], weight: int, avgdl: float) -> float:
     """BM25 of one index row for the terms of `idf`."""
-    counts = orjson.loads(doc[5])
-    norm = BM25_K1 * (1 - BM25_B + BM25_B * (doc[3] + weight * doc[4]) / avgdl) if avgdl else BM25_K1
+    counts = orjson.loads(doc.terms)
+    norm = BM25_K1 * (1 - BM25_B + BM25_B * (doc.content_len + weight * doc.keyword_len) / avgdl) if avgdl else BM25_K1
     score = 0.0
     for term, w in idf.items():
         c = counts.get(term)
@@ -393,7 +372,7 @@ def _maxscore(
         theta = acc[best[-1]]
     rest = {term: idf[term] for _, term in plan[stop:]}
     top: list[tuple[float, int]] = []  # a min-heap of the k best (score, id) known exactly
-    fetched: dict[int, tuple] = {}
+    fetched: dict[int, Doc] = {}
     if not rest:
         top = heapq.nlargest(k, ((v, d) for d, v in acc.items()))
     else:  # complete the memories that may still reach the top k, the highest ceiling first
@@ -414,8 +393,8 @@ def _maxscore(
             if not batch:
                 break
             for doc in source.docs(batch):
-                fetched[doc[0]] = doc
-                item = (acc[doc[0]] + _doc_bm25(doc, rest, weight, avgdl), doc[0])
+                fetched[doc.memory_id] = doc
+                item = (acc[doc.memory_id] + _doc_bm25(doc, rest, weight, avgdl), doc.memory_id)
                 if len(top) < k:
                     heapq.heappush(top, item)
                 elif item > top[0]:
@@ -426,7 +405,7 @@ def _maxscore(
     if not prefilter:
         more += source.meta_docs(scopes)  # bucket-4 memories have no postings
     for doc in more:
-        out[doc[0]] = _doc_bm25(doc, idf, weight, avgdl)
+        out[doc.memory_id] = _doc_bm25(doc, idf, weight, avgdl)
     return out
 
 
@@ -446,9 +425,9 @@ def _exhaustive(
     df: dict[str, int] = dict.fromkeys(query, 0)
     hits = []
     for doc in source.containing(query):
-        if doc[2] and entry.prefilter:
+        if doc.meta and entry.prefilter:
             continue
-        counts = orjson.loads(doc[5])
+        counts = orjson.loads(doc.terms)
         hit = False
         for term in df.keys() & counts.keys():
             c = counts[term]
@@ -459,9 +438,9 @@ def _exhaustive(
             hits.append(doc)
     idf.update({t: stats.idf(n) for t, n in df.items() if n})
     wanted = None if scopes is None else set(scopes)
-    out = {d[0]: _doc_bm25(d, idf, weight, stats.avgdl) for d in hits if wanted is None or d[1] in wanted}
+    out = {d.memory_id: _doc_bm25(d, idf, weight, stats.avgdl) for d in hits if wanted is None or d.scope in wanted}
     if every_memory:
-        extra = [d[0] for d in source.scope_docs(scopes) if not (d[2] and entry.prefilter)]
+        extra = [d.memory_id for d in source.scope_docs(scopes) if not (d.meta and entry.prefilter)]
     else:
         extra = source.newest(scopes, k)
     for memory_id in extra:
@@ -472,7 +451,7 @@ def _exhaustive(
 # --- the composite ---------------------------------------------------------------------------------------------
 
 
-def _compose(
+def _composite(
     bm25: dict[int, float],
     bonus: set[int],
     weights: dict[str, float],
@@ -536,21 +515,17 @@ def _compose(
 
 
 def _memories(ids: list[int]) -> dict[int, Candidate]:
-    """The memories as the scorer sees them (no embedding: the fallback has no model). Plain SQL: the fallback
-    reads through the lean connection, whose rows hold keywords as JSON and SQLite's datetimes as text."""
+    """The memories as the scorer sees them (no embedding: the fallback has no model). Read through the lean
+    connection, whose rows hold keywords as JSON and SQLite's datetimes as text."""
     from types import SimpleNamespace
 
-    from cairn_cli import db
+    from cairn_cli.db import fulltext as sql
 
-    columns = ("id", "content", "keywords", "scope", "kind", "confidence", "updated_at", "source_ref", "session_id")
     out = {}
-    for start in range(0, len(ids), 500):
-        chunk = ids[start : start + 500]
-        sql = f"SELECT {', '.join(columns)} FROM memories WHERE id IN ({db.marks(len(chunk))})"
-        for values in db.execute("memory", sql, chunk):
-            row = SimpleNamespace(**dict(zip(columns, values)))
-            row.keywords = orjson.loads(row.keywords) if row.keywords else []
-            if isinstance(row.updated_at, str):
-                row.updated_at = dt.datetime.fromisoformat(row.updated_at)
-            out[row.id] = candidate_of(row, has_embedding=False)
+    for values in sql.memory_rows(ids):
+        row = SimpleNamespace(**dict(zip(sql.MEMORY_COLUMNS, values)))
+        row.keywords = orjson.loads(row.keywords) if row.keywords else []
+        if isinstance(row.updated_at, str):
+            row.updated_at = dt.datetime.fromisoformat(row.updated_at)
+        out[row.id] = candidate_of(row, has_embedding=False)
     return out

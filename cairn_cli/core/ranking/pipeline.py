@@ -1,23 +1,6 @@
 """The rank pipeline, pure: the scoring table and the query in, the chosen memories out (no database, no model
-loading; the engine's encoder and reranker are passed in, already warm).
-
-candidates in scope -> composite (the ranking profile) -> drop what is under the composite floor -> rerank the best
-RERANK_CANDIDATES -> floor -> blend -> top k.
-
-Rerank stage: the cross-encoder scores the candidates against the context window; memories whose native score is
-under the model's floor are dropped; the rest are ordered by
-    final = (1 - RERANK_BLEND) * composite_norm + RERANK_BLEND * reranker_norm
-where both are min-max normalised over the surviving candidates (a lone survivor gets 1 for both), so that
-neither scale (composite 0..0.7, logits -11..+11) dominates by accident. Raw, native and normalised reranker
-scores go into score_components.
-
-Exploration (`explore` > 0, the hook path's CAIRN_EXPLORE_RATE): on that share of prompts the last of the k slots
-shows a memory drawn uniformly from the ranked candidates just below the top k (ranks k+1 .. the rerank depth, all
-past every floor), so the agent grades memories the ranker does not show yet. Without those grades neither the
-student's pairs nor the gate could credit a reranker that promotes a relevant memory from rank 6 to rank 3. The
-draw is a hash of the query (a retried prompt explores the same way); the explored delivery records
-`explored_from_rank` and its `explore_propensity` (rate / pool size), every delivery the rate in force.
-"""
+loading; the engine's encoder and reranker are passed in, already warm). The stages (composite,
+floors, the rerank blend, exploration) are described in docs/hot-path.md."""
 
 from __future__ import annotations
 

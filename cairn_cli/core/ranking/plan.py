@@ -1,22 +1,6 @@
 """The rerank plan: how the cross-encoder stage fits CAIRN_RERANK_BUDGET_MS on the machine it runs on.
-
-Measured once per (model weights, CPU flags, torch threads) and cached in machine state:
-- throughput: the median time of a stage call for each precision this machine can run (fp32; bf16 only where the
-  CPU has it; int8 dynamic) at each max length, for two batch sizes, fitted as time = a + b * pairs;
-- fidelity: each faster precision against fp32 on a fixed calibration set (a query x its candidates, from
-  CAIRN_RERANK_CALIBRATION, else the shipped prompts x the shipped example memories): mean top-5 overlap and mean
-  Spearman over the queries. A precision is accepted only when top-5 overlap >= 0.95 and Spearman >= 0.98.
-
-The plan (`choose`) is pure: the fastest accepted precision, then the longest max length and, under it, the most
-candidates (never fewer than 8, never more than CAIRN_RERANK_CANDIDATES) whose expected p95 stays within the
-budget (the fitted time times a safety margin). When nothing fits, the stage is skipped and the plan says so.
-
-The margin starts at P95_MARGIN and is then learnt from the stage as it really runs (`replan`): the daemon keeps the
-last calls' (pairs, seconds); once OBSERVE_MIN have been seen, the margin becomes the p95 of observed / fitted time
-over them, the plan is chosen again with it, and the margin is kept in machine state beside the fit. A machine
-busier than the fit saw (a shared host, a real window's tokens, a warm table's cache misses) shrinks the plan until
-its p95 is within the budget again; one that runs faster than the fit widens it back.
-"""
+Measured once per machine and cached in machine state; `choose` is pure, `replan` learns the margin from the stage
+as it runs (docs/hot-path.md)."""
 
 from __future__ import annotations
 

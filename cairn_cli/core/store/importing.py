@@ -37,7 +37,7 @@ class ImportReport:
 def lines_to_import(path: Path) -> int | None:
     """The non-blank lines of a regular file `import_jsonl` will read (a progress bar's total); None for a FIFO or an
     oversized file, which it refuses."""
-    from cairn_cli.hotpath import max_input_bytes
+    from cairn_cli.inputs import max_input_bytes
 
     small = path.is_file() and path.stat().st_size <= max_input_bytes()
     return sum(1 for line in path.open("rb") if line.strip()) if small else None
@@ -47,7 +47,7 @@ def parse_jsonl(
     path: Path, *, default_source_ref: str | None = None
 ) -> tuple[list[tuple[int, MemoryInput]], list[tuple[int, str]]]:
     """Valid entries and rejected lines (1-based line numbers with the reason). Blank lines are skipped."""
-    from cairn_cli.hotpath import read_file
+    from cairn_cli.inputs import read_file
 
     data = read_file(path, "pass the path of a JSONL file")  # within CAIRN_MAX_INPUT_BYTES, never a FIFO's endless wait
     if data.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte order mark (Windows editors write one): not content

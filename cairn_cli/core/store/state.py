@@ -49,3 +49,13 @@ def put(key: str, value: Any, settings: Settings, *, by: str, reason: str, evide
             row.history = (list(row.history) + [record])[-HISTORY_LIMIT:]
             row.save()
     return True
+
+
+def get_many(keys: tuple[str, ...], settings: Settings) -> dict[str, Any]:
+    """The values of those of `keys` that are set, in one query (what `get` gives for each; a key that is not set
+    is absent: `.get(key, default)` reads it as `get(key, settings, default)` does)."""
+    import orjson
+
+    from cairn_cli.db import machine_state
+
+    return {key: None if value is None else orjson.loads(value) for key, value in machine_state.values_json(keys)}
