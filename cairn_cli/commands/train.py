@@ -123,9 +123,11 @@ def train_reranker(
     student replaces the live one atomically; the daemon picks it up on its next request.
     Example: cairn train-reranker --engagement --engagement-methods lexical,semantic --json
     """
-    from cairn_cli.core.learning import training
+    from cairn_cli.core.learning import jobs
+    from cairn_cli.core.learning.attempt import TrainOptions
+    from cairn_cli.core.learning.export import engagement_methods as parse_methods
 
-    opts = training.TrainOptions(
+    opts = TrainOptions(
         data=data,
         base=base,
         epochs=epochs,
@@ -141,7 +143,7 @@ def train_reranker(
         engagement=engagement,
         engagement_min_pos=engagement_min_pos,
         engagement_max_pairs=engagement_max_pairs,
-        engagement_methods=training.engagement_methods(engagement_methods),
+        engagement_methods=parse_methods(engagement_methods),
         instance=instance,
         max_length=max_length,
         layers=layers,
@@ -149,13 +151,13 @@ def train_reranker(
         dry_run=dry_run,
         deploy=not no_deploy,
     )
-    job = training.Job(rollback=rollback, export=export, auto=auto, min_new_labels=min_new_labels)
+    job = jobs.Job(rollback=rollback, export=export, auto=auto, min_new_labels=min_new_labels)
     with contextlib.ExitStack() as stack:
 
         def progress(total: int, what: str):
             return stack.enter_context(output.progress(total, what, unit="pair"))
 
-        outcome = training.run_job(store(read_only=export or dry_run), opts, job, progress=None if json else progress)
+        outcome = jobs.run_job(store(read_only=export or dry_run), opts, job, progress=None if json else progress)
     output.json_out(outcome) if json else _render(outcome)
 
 

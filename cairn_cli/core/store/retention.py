@@ -4,7 +4,7 @@ What expires, once older than the retention period:
 
 - `memory_deliveries.context_window` of the deliveries that carry no label: no grade and no engagement decision.
   It becomes '' (the mark: a logged window is never empty). A graded or engagement-decided delivery is training
-  data: `train-reranker` pairs its window with the memory (core/learning/training.py), so its window is kept
+  data: `train-reranker` pairs its window with the memory (core/learning/pairs.py), so its window is kept
   whatever its age. What goes is the provenance of deliveries nothing ever judged.
 - in `hook_state.data`, the turn's `prompt` (what the Stop's engagement removes from the response's terms and
   `backfill-semantic` finds the transcript turn by) and any other top-level string longer than LONG_TEXT_CHARS:

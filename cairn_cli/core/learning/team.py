@@ -20,6 +20,7 @@ from pathlib import Path
 
 from cairn_cli import config
 from cairn_cli.config import Settings
+from cairn_cli.core.learning.deploy import DEPLOY_KEY, deploy, versions_dir
 from cairn_cli.core.store import state
 
 SHARED_KEY = "published"  # inside the deployed-student state: {"name", "checksum", "size"}
@@ -44,7 +45,6 @@ def _tar(directory: Path) -> bytes:
 def publish(version: Path, settings: Settings, *, force: bool = False) -> dict | None:
     """Write the deployed `version` directory to the shared store and name it in the deployed-student state;
     None (nothing done) when the store is this machine's own, unless `force`."""
-    from cairn_cli.core.learning.training import DEPLOY_KEY
     from cairn_cli.db.tables import StudentVersion, memory_proxy
 
     if not (force or shared_store()):
@@ -72,7 +72,6 @@ def sync(settings: Settings, *, refused: set[str] | None = None) -> str | None:
     """Install and deploy the published student this machine does not run yet. Returns what happened (a line for
     the daemon's log and status), or None when there is nothing to do. `refused`: versions this process found
     broken already (not fetched again)."""
-    from cairn_cli.core.learning.training import DEPLOY_KEY, deploy, versions_dir
     from cairn_cli.db.tables import StudentVersion
 
     published = (state.get(DEPLOY_KEY, settings) or {}).get(SHARED_KEY)
