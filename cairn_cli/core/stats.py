@@ -558,3 +558,27 @@ def plot(path: Path, groups: list[GroupStats], engagement: list[ArmEngagement]) 
     bottom.set_title("engagement per version and method (methods never pooled)")
     fig.savefig(path, format="png", dpi=100)
     return path
+
+
+def deliveries_report(
+    settings: Settings,
+    *,
+    since: str | None,
+    session: str | None,
+    instance: str | None,
+    asked: list[str] | None,
+    plot_to: Path | None,
+) -> list[GroupStats]:
+    """`cairn stats deliveries`: the groups (engagement only of the `asked` methods, None: all), and their plot
+    (engagement per arm beside it) when `plot_to`."""
+    start = parse_since(since)
+    groups = delivery_stats(settings, since=start, session=session, instance=instance)
+    if asked is not None:
+        for g in groups:
+            g.engagement = {m: cell for m, cell in g.engagement.items() if m in asked}
+    if plot_to is not None:
+        from cairn_cli.core.experiment.ab import arms
+
+        version_arms = {v: arm for arm, v in arms(settings).versions.items() if v}
+        plot(plot_to, groups, arm_engagement(settings, since=start, session=session, version_arms=version_arms))
+    return groups

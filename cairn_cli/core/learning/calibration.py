@@ -318,3 +318,14 @@ def plot(report: CalibrationReport, path: Path) -> Path:
     )
     fig.savefig(path, format="png", dpi=100)
     return path
+
+
+def calibrate_floor(
+    settings: Settings, *, plot_to: Path | None, apply_it: bool, **asked
+) -> tuple[CalibrationReport, bool | None]:
+    """`cairn calibrate-floor`: the proposal (calibrate's `asked`), its plot when `plot_to`, applied when `apply_it`.
+    Returns the report and whether applying changed the state (None: not applied)."""
+    report = calibrate(settings, **asked)
+    if plot_to is not None:
+        plot(report, plot_to)
+    return report, apply(report, settings) if apply_it else None
