@@ -1,12 +1,6 @@
 """Statistics over the delivery log: grades and engagement per generation version and reranker model, label volume
 over time, and the share of load-bearing (grade-3) memories each model's floor drops; over the memory store: the
-write-side dedup rate per generation version.
-
-Invariant 5: a rate is only ever computed within one `engaged_method` tag. Untagged decided rows (engaged set,
-method NULL) are counted apart and never enter a rate. Every Wilson interval here counts deliveries as
-independent, which they are not (one session delivers many); for an A/B decision use per-session outcomes
-(`session_rate` in `arm_engagement`, invariant 8).
-"""
+write-side dedup rate per generation version. More in docs/learning.md."""
 
 from __future__ import annotations
 

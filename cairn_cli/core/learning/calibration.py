@@ -1,11 +1,5 @@
-"""Thresholds set from data, not taste: the reranker floor and the semantic-engagement threshold, from grades.
-
-A delivered memory whose score is under the threshold is dropped (score < floor). The proposal is the HIGHEST
-threshold that still keeps at least `keep` of the grade-3 (load-bearing) memories, which is the one that drops the
-most grade-0 memories under that constraint. Floors are on each model's native score scale (`reranker_score`);
-the engagement threshold is on the cosine scale of `engaged_semantic`. Applying writes machine-managed state
-(`reranker_floor:<model>`, `engagement_semantic_min`) with an audit record.
-"""
+"""Thresholds set from data, not taste: the reranker floor and the semantic-engagement threshold, from grades. More
+in docs/learning.md."""
 
 from __future__ import annotations
 

@@ -41,7 +41,7 @@ class RankingCase:
 class Ranking:
     """The held-out ranking quality of one pipeline: mean R@5 (grade >= 2 relevant; what the agent is shown)
     and nDCG@10 (gain 2^grade - 1) over the held-out queries that have a relevant memory, each ranking condensed to
-    the memories that were graded (see the module note)."""
+    the memories that were graded (see docs/learning.md)."""
 
     r5: float
     ndcg10: float

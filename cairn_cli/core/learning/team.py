@@ -1,13 +1,5 @@
-"""The student of a team: trained on one machine from the pooled labels, deployed to every machine sharing the store.
-
-`publish` (after a local deploy, when the memory store is PostgreSQL: a store machines share) writes the version
-directory as a tar into `student_versions` with its sha256, and names it in the deployed-student state. `sync`
-(each daemon, before it resolves its reranker) installs the version that state names when this machine does not
-run it yet: the tar is read from the store, its checksum verified, unpacked into a new local version directory and
-deployed by the same atomic symlink swap as a local deploy, so the daemon picks it up as it picks up its own. A
-version that cannot be installed (a checksum that does not match, a broken tar) is never deployed: the machine
-keeps its current model and says why.
-"""
+"""The student of a team: trained on one machine from the pooled labels, deployed to every machine sharing the
+store. More in docs/learning.md."""
 
 from __future__ import annotations
 
