@@ -11,6 +11,16 @@ from cairn_cli.config import Settings
 from cairn_cli.core.learning.export import DEFAULT_ENGAGEMENT_METHODS
 from cairn_cli.core.store import state
 
+HELD_OUT = (  # the held-out numbers of student and incumbent: in the model card and the attempt record
+    "incumbent",
+    "student_agreement",
+    "incumbent_agreement",
+    "ranking_queries",
+    "student_r5",
+    "incumbent_r5",
+    "student_ndcg10",
+    "incumbent_ndcg10",
+)
 STATE_KEY = "reranker_training"  # the last attempt: when, on how many labels, the numbers, the outcome
 
 
@@ -77,6 +87,10 @@ class TrainReport:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    def held_out(self) -> dict:
+        """The held-out numbers of student and incumbent (the model card's and the attempt's record)."""
+        return {name: getattr(self, name) for name in HELD_OUT}
+
 
 def record_attempt(report: TrainReport, settings: Settings) -> None:
     from cairn_cli.db.tables import MemoryDelivery
@@ -89,14 +103,7 @@ def record_attempt(report: TrainReport, settings: Settings) -> None:
             "outcome": report.outcome,
             "reason": report.reason,
             "labels": labels,
-            "incumbent": report.incumbent,
-            "student_agreement": report.student_agreement,
-            "incumbent_agreement": report.incumbent_agreement,
-            "ranking_queries": report.ranking_queries,
-            "student_r5": report.student_r5,
-            "incumbent_r5": report.incumbent_r5,
-            "student_ndcg10": report.student_ndcg10,
-            "incumbent_ndcg10": report.incumbent_ndcg10,
+            **report.held_out(),
         },
         settings,
         by="cairn train-reranker",

@@ -29,6 +29,18 @@ class LabelRow:
     scope: str | None = None  # the scope the delivery was ranked in
 
 
+def _texts(rows) -> dict[int, str]:
+    """The current text of each delivery's memory (none asked for no rows)."""
+    from cairn_cli.db.tables import Memory
+
+    if not rows:
+        return {}
+    return {
+        m.id: m.content
+        for m in Memory.select(Memory.id, Memory.content).where(Memory.id.in_({r.memory_id for r in rows}))
+    }
+
+
 def silver_path() -> Path:
     return config.home() / "training_data" / SILVER_NAME
 
@@ -42,20 +54,13 @@ def query_key(query: str) -> str:
 def graded_rows(settings: Settings, *, instance: str | None = None) -> list[LabelRow]:
     """Every graded delivery as a label row (the memory's current text; query = the delivery's context window);
     `instance`: only that instance's (default: every instance sharing the store, pooled)."""
-    from cairn_cli.db.tables import Memory, MemoryDelivery
+    from cairn_cli.db.tables import MemoryDelivery
 
     query = MemoryDelivery.select().where(MemoryDelivery.grade.is_null(False))
     if instance:
         query = query.where(MemoryDelivery.instance == instance)
     rows = list(query.order_by(MemoryDelivery.id))
-    texts = (
-        {
-            m.id: m.content
-            for m in Memory.select(Memory.id, Memory.content).where(Memory.id.in_({r.memory_id for r in rows}))
-        }
-        if rows
-        else {}
-    )
+    texts = _texts(rows)
     return [
         LabelRow(
             r.context_window,
@@ -100,7 +105,7 @@ def engagement_rows(
     a positive only when its overlap reaches `min_pos` (lexical engaged rows under it are left out); semantic and
     semantic-backfill rows are positives as decided."""
     from cairn_cli.core.labels.engagement import LEXICAL
-    from cairn_cli.db.tables import Memory, MemoryDelivery
+    from cairn_cli.db.tables import MemoryDelivery
 
     query = MemoryDelivery.select().where(
         MemoryDelivery.grade.is_null()
@@ -110,14 +115,7 @@ def engagement_rows(
     if instance:
         query = query.where(MemoryDelivery.instance == instance)
     rows = list(query.order_by(MemoryDelivery.id))
-    texts = (
-        {
-            m.id: m.content
-            for m in Memory.select(Memory.id, Memory.content).where(Memory.id.in_({r.memory_id for r in rows}))
-        }
-        if rows
-        else {}
-    )
+    texts = _texts(rows)
     out = []
     for r in rows:
         if r.memory_id not in texts or not r.context_window:  # '': expired (core/store/retention.py)

@@ -12,7 +12,7 @@ from cairn_cli.config import Settings
 from cairn_cli.core.learning.attempt import TrainOptions, TrainReport
 from cairn_cli.core.learning.export import LabelRow
 from cairn_cli.core.learning.incumbent import Incumbent
-from cairn_cli.core.learning.pairs import Split, agreement
+from cairn_cli.core.learning.pairs import Split, agreement, by_query
 from cairn_cli.core.metrics import ndcg
 
 AUTO_PROMOTE_SAFE = 0.90
@@ -51,13 +51,8 @@ class Ranking:
 
 def ranking_cases(split_rows: list[LabelRow], keys: set[str], *, from_store: bool) -> list[RankingCase]:
     """The held-out queries of `keys` with their grades (the newest grade of a memory wins)."""
-    by_key: dict[str, list[LabelRow]] = {}
-    for r in split_rows:
-        if r.query_key in keys:
-            by_key.setdefault(r.query_key, []).append(r)
     out = []
-    for key in sorted(by_key):
-        group = by_key[key]
+    for key, group in by_query(split_rows, keys):
         if from_store:
             grades = {r.memory_id: r.grade for r in group if r.memory_id is not None}
             out.append(RankingCase(key, group[-1].query, group[-1].scope, grades))

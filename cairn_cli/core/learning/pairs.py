@@ -22,15 +22,19 @@ def split_by_query(rows: list[LabelRow], *, holdout: float, seed: int) -> tuple[
     return set(keys[n_held:]), set(keys[:n_held])
 
 
-def make_pairs(rows: list[LabelRow], keys: set[str], *, min_gap: int) -> list[tuple[str, str, str, str]]:
-    """(query_key, query, better, worse) for every pair of one query whose grades differ by >= min_gap."""
+def by_query(rows: list[LabelRow], keys: set[str]) -> list[tuple[str, list[LabelRow]]]:
+    """The rows of each query of `keys`, in their order, by query key (sorted)."""
     by_key: dict[str, list[LabelRow]] = {}
     for r in rows:
         if r.query_key in keys:
             by_key.setdefault(r.query_key, []).append(r)
+    return sorted(by_key.items())
+
+
+def make_pairs(rows: list[LabelRow], keys: set[str], *, min_gap: int) -> list[tuple[str, str, str, str]]:
+    """(query_key, query, better, worse) for every pair of one query whose grades differ by >= min_gap."""
     out = []
-    for key in sorted(by_key):
-        group = by_key[key]
+    for key, group in by_query(rows, keys):
         for a in group:
             for b in group:
                 if a.grade - b.grade >= min_gap:
