@@ -538,7 +538,7 @@ def build_template(root: Path, projs: list[Project], student: Path | None) -> Pa
 
 def make_student(path: Path) -> None:
     code = (
-        "import sys; from cairn_cli.ml.training import CrossEncoderModel, bundled_base; "
+        "import sys; from cairn_cli.ml.student import CrossEncoderModel, bundled_base; "
         "CrossEncoderModel(bundled_base()).save(sys.argv[1])"
     )
     subprocess.run([sys.executable, "-c", code, str(path)], env=base_env(path.parent, {}), check=True)

@@ -159,7 +159,7 @@ def make_store(home: Path, n: int, seed: int = 7) -> None:
 def make_student(home: Path, layers: int | None = None) -> None:
     """The bundled MiniLM with a fresh head (ms-marco-MiniLM-L-6-v2's architecture), or its first `layers` layers
     (what `cairn train-reranker --layers N` deploys)."""
-    from cairn_cli.ml.training import CrossEncoderModel, bundled_base
+    from cairn_cli.ml.student import CrossEncoderModel, bundled_base
 
     CrossEncoderModel(bundled_base(), layers=layers).save(home / "training_data" / "reranker-student")
 

@@ -179,7 +179,7 @@ def triples_for(queries, rel, how: str, rng: random.Random) -> list[tuple[str, s
 
 
 def levers(args) -> dict:
-    from cairn_cli.ml.training import CrossEncoderModel, bundled_base
+    from cairn_cli.ml.student import CrossEncoderModel, bundled_base
 
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -617,28 +617,29 @@ def store_map(home: Path, convs: list[loopdata.Conversation]) -> dict[int, tuple
 def shadow_student(home: Path, **options):
     """`cairn train-reranker` as cron runs it on `home` (never deploying): its report and the student it trained."""
     from cairn_cli.config import Settings
-    from cairn_cli.core.learning import training
+    from cairn_cli.core.learning import gate, trainer
+    from cairn_cli.core.learning.attempt import TrainOptions
 
     use_home(home)
     trained = {}
-    judge = training._judge
+    judge = gate.judge
 
     def keep(model, *a, **k):
         trained["model"] = model
         return judge(model, *a, **k)
 
-    training._judge = keep
+    gate.judge = keep
     try:
-        report = training.train_reranker(Settings(), training.TrainOptions(deploy=False, **options))
+        report = trainer.train_reranker(Settings(), TrainOptions(deploy=False, **options))
     finally:
-        training._judge = judge
+        gate.judge = judge
     return report, trained["model"]
 
 
 def shadow_variant(args, r: dict, work: Path, home: Path, queries: list[dict], options: dict, into: list) -> None:
     """Train a shadow student on a copy of `home` with `options` and measure it on `queries` at each blend."""
     from cairn_cli.config import Settings
-    from cairn_cli.core.learning import training
+    from cairn_cli.core.learning.gate import StudentReranker
 
     shadow = work / "shadow-home"
     if shadow.exists():
@@ -646,7 +647,7 @@ def shadow_variant(args, r: dict, work: Path, home: Path, queries: list[dict], o
     shutil.copytree(home, shadow, symlinks=True)
     t0 = time.time()
     report, model = shadow_student(shadow, **{k: v for k, v in options.items() if k != "candidates"})
-    student = training.StudentReranker(model, Settings().CROSS_ENCODER_STUDENT_FLOOR)
+    student = StudentReranker(model, Settings().CROSS_ENCODER_STUDENT_FLOOR)
     entry = {
         "labels": r["labels"],
         "options": {**options, "candidates": int(os.environ.get("CAIRN_RERANK_CANDIDATES", "20"))},

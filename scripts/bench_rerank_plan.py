@@ -43,7 +43,8 @@ os.environ.setdefault("CAIRN_HOME", tempfile.mkdtemp(prefix="cairn-plan-"))
 
 from cairn_cli.config import Settings  # noqa: E402
 from cairn_cli.core import metrics  # noqa: E402
-from cairn_cli.core.learning.training import LabelRow, make_pairs  # noqa: E402
+from cairn_cli.core.learning.export import LabelRow  # noqa: E402
+from cairn_cli.core.learning.pairs import make_pairs  # noqa: E402
 from cairn_cli.core.ranking import plan as planning  # noqa: E402
 from cairn_cli.core.ranking.pipeline import rerank_stage  # noqa: E402
 from cairn_cli.core.ranking.scoring import Candidate, Scored  # noqa: E402
@@ -74,7 +75,7 @@ def queries(settings: Settings) -> list[dict]:
 
 
 def train_student(train_q: list[dict], args, out_dir: Path) -> dict:
-    from cairn_cli.ml.training import CrossEncoderModel, bundled_base
+    from cairn_cli.ml.student import CrossEncoderModel, bundled_base
 
     rows = [
         LabelRow(q["window"], text, g, query_key=f"{q['conv']}:{i}")

@@ -37,12 +37,13 @@ import locomo  # noqa: E402  (scripts/locomo.py)
 
 from cairn_cli.config import Settings  # noqa: E402
 from cairn_cli.core import metrics  # noqa: E402
-from cairn_cli.core.learning import training  # noqa: E402
-from cairn_cli.core.learning.training import LabelRow, agreement, make_pairs  # noqa: E402
+from cairn_cli.core.learning.export import LabelRow  # noqa: E402
+from cairn_cli.core.learning.incumbent import composite_scorer  # noqa: E402
+from cairn_cli.core.learning.pairs import agreement, make_pairs  # noqa: E402
 from cairn_cli.core.ranking.pipeline import _minmax  # noqa: E402
 from cairn_cli.core.ranking.scoring import Candidate, ScoringTable  # noqa: E402
 from cairn_cli.ml.models import get_encoder  # noqa: E402
-from cairn_cli.ml.training import CrossEncoderModel, bundled_base  # noqa: E402
+from cairn_cli.ml.student import CrossEncoderModel, bundled_base  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 NOW = dt.datetime(2026, 12, 1)
@@ -220,7 +221,7 @@ def run_trec(args, settings: Settings) -> dict:
     held_pairs = make_pairs(rows, held, min_gap=2)
     log(f"trec: {len(train)} training queries ({len(triples)} triples), {len(held)} held-out ({len(held_pairs)} pairs)")
     encoder = get_encoder("all-MiniLM-L6-v2")
-    composite = training.composite_scorer(settings)
+    composite = composite_scorer(settings)
 
     def bm25_scores(query, texts):  # BM25 over the held-out query's candidates (a rank proxy for judged pairs)
         return composite_with(query, texts, {"keywords": 1.0})

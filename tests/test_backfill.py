@@ -211,7 +211,7 @@ def test_the_right_turn_is_found_when_a_prompt_repeats(cli, tmp_path, monkeypatc
 
 
 def test_semantic_backfill_is_its_own_basis_in_stats_training_and_calibration(history, cli):
-    from cairn_cli.core.learning.training import engagement_rows
+    from cairn_cli.core.learning.export import engagement_rows
 
     assert cli("backfill-semantic").exit_code == 0
     stats = json.loads(cli("stats", "deliveries", "--json").stdout)

@@ -540,8 +540,8 @@ def test_the_lean_rank_parser_leaves_usage_errors_to_typer(argv):
 
 @pytest.mark.slow
 def test_the_daemon_picks_up_a_newly_deployed_student_without_a_restart(home):
-    from cairn_cli.core.learning import training
-    from cairn_cli.ml.training import CrossEncoderModel, bundled_base
+    from cairn_cli.core.learning import deploy
+    from cairn_cli.ml.student import CrossEncoderModel, bundled_base
 
     budget = {"CAIRN_RERANK_BUDGET_MS": "60000"}  # a plan that never skips on a loaded machine: speed is benched
     pid = start(home, **budget)["pid"]
@@ -551,9 +551,9 @@ def test_the_daemon_picks_up_a_newly_deployed_student_without_a_restart(home):
     model = CrossEncoderModel(bundled_base(), max_length=64)
     names = []
     for _ in range(2):  # two deployments, as train-reranker makes them: a new version, then the atomic swap
-        version = training.new_version_dir(live)
+        version = deploy.new_version_dir(live)
         model.save(version)
-        training.deploy(version, live)
+        deploy.deploy(version, live)
         wanted = f"student:{version.resolve()}"
 
         def swapped(wanted=wanted):  # loaded in the background: every answer meanwhile is the daemon's own

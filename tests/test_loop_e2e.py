@@ -14,7 +14,7 @@ import pytest
 
 from cairn_cli import hook_entry
 from cairn_cli.config import Settings
-from cairn_cli.core.learning import training
+from cairn_cli.core.learning.attempt import STATE_KEY
 from cairn_cli.core.store import dedup, deliveries, memories, state
 
 # project -> [(memory, the prompt it answers)]
@@ -123,7 +123,7 @@ def test_sessions_through_the_hooks_train_a_student_and_the_gate_decides_on_the_
     better = report["student_ndcg10"] >= report["incumbent_ndcg10"] + 0.02
     keeps = report["student_r5"] >= report["incumbent_r5"] - 0.02
     assert (report["outcome"] == "deployed") == (better and keeps), report
-    attempt = state.get(training.STATE_KEY, s)
+    attempt = state.get(STATE_KEY, s)
     assert attempt["outcome"] == report["outcome"] and attempt["student_ndcg10"] == report["student_ndcg10"]
     assert attempt["labels"] == graded
 

@@ -427,7 +427,7 @@ def test_the_previous_release_stores_open_migrate_and_lose_nothing(previous_stor
 
 def test_the_previous_release_stores_work_with_this_cairn(previous_stores, cli):
     """Beyond the bytes: what each part of the loop reads from an upgraded store is there."""
-    from cairn_cli.core.learning import training
+    from cairn_cli.core.learning import export
     from cairn_cli.core.store import hookstate, memories, open_stores
 
     s = Settings()
@@ -435,13 +435,13 @@ def test_the_previous_release_stores_work_with_this_cairn(previous_stores, cli):
     live = {m.id: m for m in memories.list_memories(s)}
     assert sorted(live) == [1, 2, 4] and live[1].keywords == ["pytest", "postgres"] and live[1].corroborations == 1
     assert [m.id for m in memories.list_memories(s, include_superseded=True)] == [1, 2, 3, 4]
-    graded = training.graded_rows(s)
+    graded = export.graded_rows(s)
     assert [(r.delivery_id, r.grade, r.hard_negative, r.memory) for r in graded] == [
         (1, 3, False, live[1].content),
         (2, 0, True, live[2].content),
     ]
     assert all(r.query.startswith("integration tests fail") for r in graded)
-    assert {r.delivery_id for r in training.engagement_rows(s, min_pos=0.0)} == {3, 4}
+    assert {r.delivery_id for r in export.engagement_rows(s, min_pos=0.0)} == {3, 4}
     turn = hookstate.get_turn("s1", 1)
     assert turn.data["prompt"].startswith("integration tests") and turn.data["stop"]["graded"] == 2
     result = cli("rank", "pytest connection refused on port 5433", "--scope", "webshop", "--no-log", "--json")

@@ -157,7 +157,7 @@ def test_fidelity_accepts_the_same_order_and_refuses_a_shuffled_one():
 
 @pytest.fixture(scope="module")
 def student(tmp_path_factory):
-    from cairn_cli.ml.training import CrossEncoderModel, bundled_base
+    from cairn_cli.ml.student import CrossEncoderModel, bundled_base
 
     path = tmp_path_factory.mktemp("student") / "s"
     CrossEncoderModel(bundled_base(), max_length=128, bf16=False).save(path)

@@ -12,7 +12,7 @@ import pytest
 from cairn_cli import db, hook_entry
 from cairn_cli.clock import utcnow
 from cairn_cli.config import Settings
-from cairn_cli.core.learning import training
+from cairn_cli.core.learning import export
 from cairn_cli.core.store import retention
 from tests.conftest import EXAMPLES
 
@@ -60,8 +60,8 @@ def log(cli, capsys):
 
 
 def _training_rows(s: Settings):
-    graded = [(r.query, r.memory, r.grade, r.delivery_id) for r in training.graded_rows(s)]
-    engaged = [(r.query, r.memory, r.grade, r.delivery_id) for r in training.engagement_rows(s, min_pos=0.0)]
+    graded = [(r.query, r.memory, r.grade, r.delivery_id) for r in export.graded_rows(s)]
+    engaged = [(r.query, r.memory, r.grade, r.delivery_id) for r in export.engagement_rows(s, min_pos=0.0)]
     return graded, engaged
 
 
@@ -161,7 +161,7 @@ def test_a_grade_arriving_late_keeps_its_window_and_expired_rows_are_skipped_by_
     assert expired
     conn = db.connection("ephemeral")
     conn.execute_sql(f"UPDATE memory_deliveries SET grade = 2 WHERE id = {conn.param}", (expired[0],))
-    assert expired[0] not in {r.delivery_id for r in training.graded_rows(s)}  # no pair with an empty query
+    assert expired[0] not in {r.delivery_id for r in export.graded_rows(s)}  # no pair with an empty query
 
 
 def test_status_says_what_would_expire_and_what_has(log):

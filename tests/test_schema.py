@@ -69,7 +69,7 @@ MEMORY_SCHEMA = {
         "created_at",
     ],
     "replay_runs": ["id", "status", "config", "sent", "report", "created_at", "updated_at"],
-    # the team's deployed students (migration 0008, core/learning/shared.py)
+    # the team's deployed students (migration 0008, core/learning/team.py)
     "student_versions": ["name", "checksum", "size", "blob", "card", "instance", "published_at"],
 }
 EPHEMERAL_SCHEMA = {

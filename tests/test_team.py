@@ -141,10 +141,10 @@ def test_a_student_published_by_one_instance_is_installed_by_the_others_daemon(p
     version whose bytes do not match its checksum is never deployed: Bob keeps his model and says why."""
     from cairn_cli import config, db
     from cairn_cli.config import Settings
-    from cairn_cli.core.learning import shared, training
+    from cairn_cli.core.learning import deploy, team
     from cairn_cli.core.store import open_stores, state
     from cairn_cli.db.tables import StudentVersion
-    from cairn_cli.ml.training import CrossEncoderModel, bundled_base
+    from cairn_cli.ml.student import CrossEncoderModel, bundled_base
     from tests.test_daemon import wait_for
 
     base = team_env(
@@ -175,18 +175,18 @@ def test_a_student_published_by_one_instance_is_installed_by_the_others_daemon(p
         s = Settings()
         open_stores(s)
         live = config.student_path()
-        version = training.new_version_dir(live)
+        version = deploy.new_version_dir(live)
         CrossEncoderModel(bundled_base(), max_length=64).save(version)
-        training.deploy(version, live)
-        state.put(training.DEPLOY_KEY, {"version": str(version)}, s, by="test", reason="alice deployed")
-        published = shared.publish(version, s)
+        deploy.deploy(version, live)
+        state.put(deploy.DEPLOY_KEY, {"version": str(version)}, s, by="test", reason="alice deployed")
+        published = team.publish(version, s)
         assert published and StudentVersion.get_by_id(version.name).checksum == published["checksum"]
         mine = tmp_path / "bob" / "training_data" / "reranker-student.versions" / version.name
         wait_for(lambda: ranked_by() == f"student:{mine}", "Bob's daemon ranking with Alice's student", timeout=300)
         # a corrupt publication: the bytes no longer match the published checksum
-        broken = training.new_version_dir(live)
+        broken = deploy.new_version_dir(live)
         shutil.copytree(version, broken)
-        shared.publish(broken, s)
+        team.publish(broken, s)
         StudentVersion.update(blob=b"not a tar").where(StudentVersion.name == broken.name).execute()
         warned = wait_for(
             lambda: (
@@ -199,11 +199,11 @@ def test_a_student_published_by_one_instance_is_installed_by_the_others_daemon(p
         assert "checksum does not match" in warned[0]
         assert ranked_by() == f"student:{mine}"  # still Alice's first student
         # a publication that arrives whole but does not load (its weights broken): Bob keeps the student he has
-        unloadable = training.new_version_dir(live)
+        unloadable = deploy.new_version_dir(live)
         shutil.copytree(version, unloadable)
         for weights in unloadable.glob("*.safetensors"):
             weights.write_bytes(b"not weights")
-        shared.publish(unloadable, s)
+        team.publish(unloadable, s)
         kept = wait_for(
             lambda: (
                 [w for w in json.loads(cairn("daemon", "status", "--json").stdout)["warnings"] if "did not load" in w]

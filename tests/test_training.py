@@ -19,17 +19,11 @@ import pytest
 
 from cairn_cli import config
 from cairn_cli.config import Settings
-from cairn_cli.core.learning import training
-from cairn_cli.core.learning.training import (
-    LabelRow,
-    Ranking,
-    RankingCase,
-    agreement,
-    gate,
-    make_pairs,
-    ranking_quality,
-    split_by_query,
-)
+from cairn_cli.core.learning import deploy, export, trainer
+from cairn_cli.core.learning.attempt import STATE_KEY, TrainOptions
+from cairn_cli.core.learning.export import LabelRow
+from cairn_cli.core.learning.gate import Ranking, RankingCase, gate, ranking_quality
+from cairn_cli.core.learning.pairs import agreement, make_pairs, split_by_query
 from cairn_cli.core.store import deliveries, state
 from tests.conftest import ROOT
 
@@ -81,7 +75,7 @@ def synthetic_rows() -> list[LabelRow]:
 @pytest.fixture
 def silver(tmp_path) -> Path:
     path = tmp_path / "silver.jsonl"
-    training.write_jsonl(synthetic_rows(), path)
+    export.write_jsonl(synthetic_rows(), path)
     return path
 
 
@@ -137,7 +131,7 @@ def test_the_gate_credits_a_student_that_promotes_an_explored_memory_and_no_long
 
 
 def test_auto_epochs_scale_with_the_training_pairs():
-    from cairn_cli.core.learning.training import AUTO_EPOCHS, epochs_for
+    from cairn_cli.core.learning.trainer import AUTO_EPOCHS, epochs_for
 
     assert epochs_for(0) == AUTO_EPOCHS[1] and epochs_for(100) == AUTO_EPOCHS[1]
     assert epochs_for(472) == 7  # the LoCoMo loop's oracle labels (bench/loop.md)
@@ -201,15 +195,15 @@ def test_engagement_pseudo_labels_enter_training_only_and_never_a_held_out_query
     _graded_delivery(5, "s", 9, "only weak", engaged=True, score=0.1, method="lexical")  # under min_pos: left out
     _graded_delivery(6, "s", 9, "only weak", engaged=True, score=0.7, method="semantic")
     _graded_delivery(7, "s", 9, "only weak", engaged=False, score=0.0, method=None)  # untagged: never used
-    weak = training.engagement_rows(s, min_pos=0.2)
+    weak = export.engagement_rows(s, min_pos=0.2)
     assert {r.grade for r in weak} == {0, 3} and all(r.source == "engagement" for r in weak)
     assert {(r.query_key, r.grade) for r in weak if r.query == "only weak"} == {(weak[-1].query_key, 3)}
-    report = training.train_reranker(s, training.TrainOptions(engagement=True, holdout=0.34, seed=3, dry_run=True))
-    rows = training.graded_rows(s)
+    report = trainer.train_reranker(s, TrainOptions(engagement=True, holdout=0.34, seed=3, dry_run=True))
+    rows = export.graded_rows(s)
     train_keys, held_keys = split_by_query(rows, holdout=0.34, seed=3)
     assert report.held_pairs == len(make_pairs(rows, held_keys, min_gap=2)) == len(held_keys)
     assert report.engagement_pairs == len(train_keys)  # one weak pair per training query, none for held-out ones
-    assert json.loads(training.silver_path().read_text().splitlines()[0])["grade"] == 3
+    assert json.loads(export.silver_path().read_text().splitlines()[0])["grade"] == 3
 
 
 def _student_dir() -> Path:
@@ -239,7 +233,7 @@ def test_the_gate_refuses_a_student_that_does_not_beat_the_composite(cli, silver
     assert report["incumbent"] == "composite" and report["incumbent_agreement"] >= 0.95
     assert report["outcome"] == "refused" and report["student_dir"] is None
     assert not _student_dir().exists()
-    attempt = state.get(training.STATE_KEY, Settings())
+    attempt = state.get(STATE_KEY, Settings())
     assert attempt["outcome"] == "refused" and "does not improve" in attempt["reason"]
 
 
@@ -248,7 +242,7 @@ def test_a_deployed_student_replaces_the_live_one_atomically_and_can_be_rolled_b
     # the gate's judgement has its own tests (fake students); here it is opened, as in the loop test: on 4
     # held-out queries of synthetic rows the ranking gate is a coin toss, and the deploy is what is tested
     from cairn_cli.core.ranking.reranking import resolve
-    from cairn_cli.ml.training import CrossEncoderModel, bundled_base
+    from cairn_cli.ml.student import CrossEncoderModel, bundled_base
 
     CrossEncoderModel(bundled_base(), max_length=64).save(_student_dir())  # the live student: an untrained head
     assert resolve(Settings()).role == "student"
@@ -283,7 +277,7 @@ def test_a_deployed_student_replaces_the_live_one_atomically_and_can_be_rolled_b
     card = json.loads((live / "model_card.json").read_text())
     assert card["held_out"]["student_agreement"] == report["student_agreement"] and card["pairs"]["held"] > 0
     assert resolve(Settings()).role == "student"
-    deployed = state.get(training.DEPLOY_KEY, Settings())
+    deployed = state.get(deploy.DEPLOY_KEY, Settings())
     assert Path(deployed["previous"]).name.startswith("legacy-")  # the untrained one, kept for --rollback
     back = cli("train-reranker", "--rollback", "--json")
     assert back.exit_code == 0, back.output
@@ -292,19 +286,19 @@ def test_a_deployed_student_replaces_the_live_one_atomically_and_can_be_rolled_b
 
 @pytest.mark.slow
 def test_a_run_killed_while_saving_leaves_the_live_student_untouched(tmp_path, cairn_home):
-    from cairn_cli.ml.training import CrossEncoderModel, bundled_base
+    from cairn_cli.ml.student import CrossEncoderModel, bundled_base
 
-    old = training.new_version_dir(_student_dir())
+    old = deploy.new_version_dir(_student_dir())
     CrossEncoderModel(bundled_base(), max_length=64).save(old)
-    training.deploy(old, _student_dir())
+    deploy.deploy(old, _student_dir())
     code = (
-        "import sys, time\nfrom pathlib import Path\nfrom cairn_cli.core.learning import training\n"
-        "from cairn_cli.ml.training import CrossEncoderModel, bundled_base\n"
+        "import sys, time\nfrom pathlib import Path\nfrom cairn_cli.core.learning import deploy\n"
+        "from cairn_cli.ml.student import CrossEncoderModel, bundled_base\n"
         "m = CrossEncoderModel(bundled_base(), max_length=64)\n"
-        "live = Path(sys.argv[1])\nversion = training.new_version_dir(live)\n"
+        "live = Path(sys.argv[1])\nversion = deploy.new_version_dir(live)\n"
         "m.tokenizer.save_pretrained(str(version))\n"  # half written ...
         "print('saving', flush=True)\ntime.sleep(60)\n"  # ... and killed here
-        "m.save(version)\ntraining.deploy(version, live)\n"
+        "m.save(version)\ndeploy.deploy(version, live)\n"
     )
     env = {**os.environ, "CAIRN_HOME": str(cairn_home)}
     proc = subprocess.Popen(
@@ -325,11 +319,11 @@ def test_auto_retrains_only_after_enough_new_labels_and_changes_nothing_otherwis
         assert cli("memory", "add", f"memory {i}").exit_code == 0
     _graded_delivery(1, "s", 1, "window one", grade=3)
     _graded_delivery(2, "s", 1, "window one", grade=0)
-    before = _audit(training.STATE_KEY)
+    before = _audit(STATE_KEY)
     out = cli("train-reranker", "--auto", "--min-new-labels", "5", "--json")
     assert out.exit_code == 0 and orjson.loads(out.stdout)["outcome"] == "skipped"
     assert "2 new labels" in orjson.loads(out.stdout)["reason"]
-    assert _audit(training.STATE_KEY) == before and not training.silver_path().exists()
+    assert _audit(STATE_KEY) == before and not export.silver_path().exists()
     # enough labels but too few queries to hold any out: a clear error, still nothing deployed
     out = cli("train-reranker", "--auto", "--min-new-labels", "2")
     assert out.exit_code == 2 and "not enough labels" in out.output
@@ -442,8 +436,8 @@ def _train_with(monkeypatch, student: FakeStudent) -> dict:
         report.incumbent, report.base = inc.name, "fake"
         return student
 
-    monkeypatch.setattr(training, "_train_student", fake_train)
-    return training.train_reranker(Settings(), training.TrainOptions(holdout=0.5, seed=2)).as_dict()
+    monkeypatch.setattr(trainer, "_train_student", fake_train)
+    return trainer.train_reranker(Settings(), TrainOptions(holdout=0.5, seed=2)).as_dict()
 
 
 def test_a_student_that_only_reorders_pairs_nobody_is_shown_is_refused(cli, monkeypatch):
@@ -467,7 +461,7 @@ def test_a_student_that_ranks_the_answer_first_is_deployed(cli, monkeypatch):
     assert report["outcome"] == "deployed" and _student_dir().is_symlink(), report
     card = json.loads((_student_dir() / "model_card.json").read_text())
     assert card["held_out"]["student_ndcg10"] == report["student_ndcg10"] and card["gate"]["deploy_margin"] == 0.02
-    attempt = state.get(training.STATE_KEY, Settings())
+    attempt = state.get(STATE_KEY, Settings())
     assert attempt["outcome"] == "deployed" and attempt["incumbent_r5"] == report["incumbent_r5"]
 
 

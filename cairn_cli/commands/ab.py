@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from cairn_cli import output
+from cairn_cli.commands import _render
 from cairn_cli.commands._common import DryRun, Json, opened_settings
 from cairn_cli.core.ids import MAX_TURN
 
@@ -56,61 +57,19 @@ def status(json: Json = False) -> None:
             }
         )
         return
-    output.key_values(
-        {
-            "enabled": s.AB_TEST_ENABLED,
-            "arm A (live rules)": current.versions.get("A"),
-            "arm B": current.versions.get("B") or "-",
-            "B's instruction": current.b_instruction or "-",
-            "queue": "; ".join(current.queue) or "-",
-        },
-        title="write-side A/B",
-    )
-    rows = []
-    for arm in decision.arms or []:
-        row = {
-            "arm": arm["arm"],
-            "version": arm["version"],
-            "memories": arm["memories"],
-            "sessions": arm["sessions"],
-            "delivered later": f"{arm['memories_delivered']} ({arm['deliveries']} deliveries)",
-            "graded": arm["graded"],
-            "mean grade": arm["mean_grade"],
-            "untagged": arm["untagged"],
-        }
-        for method in ("lexical", "semantic"):
-            e = arm["engagement"].get(method)
-            row[f"{method} engaged"] = (
-                "-" if not e else f"{e['rate']:.2f} [{e['ci'][0]:.2f}, {e['ci'][1]:.2f}] n={e['n']}"
-            )
-        rows.append(row)
-    if rows:
-        output.table(rows, list(rows[0]), title="downstream quality of each arm's memories")
-    output.message(f"decision: {decision.decision} — {decision.reason}")
-    if current.versions.get("B"):
-        output.message(f"B {verdict_line(offline)}")
+    line = verdict_line(offline) if current.versions.get("B") else None
+    _render.ab_status(s.AB_TEST_ENABLED, current, decision, line)
 
 
 def _decide(dry_run: bool, json: bool, by: str) -> None:
     from cairn_cli.core.experiment import ab
 
-    s = opened_settings()
-    with ab.selfmod_lock() as locked:
-        if not locked:
-            output.message("another `cairn ab` promotion holds the lock; nothing done")
-            return
-        decision = ab.evaluate(s)
-        applied = None
-        if decision.decision in ("promote", "retire") and not dry_run:
-            applied = ab.apply_decision(decision, s, by=by)
-    if json:
-        output.json_out({"decision": decision.as_dict(), "applied": applied, "dry_run": dry_run})
-        return
-    output.message(f"decision: {decision.decision} — {decision.reason}")
-    if applied:
-        output.message(f"applied: A is now {applied['versions']['A']}, B is {applied['versions']['B'] or 'none'}")
-    elif dry_run and decision.decision in ("promote", "retire"):
-        output.message("dry run: nothing changed")
+    outcome = ab.decide(opened_settings(), dry_run=dry_run, by=by)
+    if json and outcome.locked:
+        assert outcome.decision is not None
+        output.json_out({"decision": outcome.decision.as_dict(), "applied": outcome.applied, "dry_run": dry_run})
+    else:
+        _render.ab_decision(outcome)
 
 
 def promote(dry_run: DryRun = False, json: Json = False) -> None:

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from cairn_cli import output
+from cairn_cli.commands import _render
 from cairn_cli.commands._common import Json, opened_settings
 
 
@@ -63,47 +64,18 @@ def calibrate_floor(
     """
     from cairn_cli.core.learning import calibration
 
-    s = opened_settings(read_only=not apply)
-    report = calibration.calibrate(
-        s, target=target.value, model=model, keep=keep, min_grade3=min_grade3, method=method, instance=instance
+    report, changed = calibration.calibrate_floor(
+        opened_settings(read_only=not apply),
+        plot_to=plot,
+        apply_it=apply,
+        target=target.value,
+        model=model,
+        keep=keep,
+        min_grade3=min_grade3,
+        method=method,
+        instance=instance,
     )
-    if plot is not None:
-        calibration.plot(report, plot)
-    changed = calibration.apply(report, s) if apply else None
     if json:
         output.json_out({**report.as_dict(), "applied": changed, "plot": str(plot) if plot else None})
-        return
-    output.table(
-        [_row(g, report) for g in sorted(report.now, reverse=True)],
-        ["grade", "n", "dropped now", "share now", "dropped proposed", "share proposed"],
-        title=f"{report.key}: keep {report.keep:.0%} of grade 3",
-    )
-    current = "none" if report.current is None else f"{report.current:.6g}"
-    output.message(f"{report.key}: current {current} -> proposed {report.proposal:.6g}")
-    for note in report.notes:
-        output.message(note)
-    if plot is not None:
-        output.message(f"plot written to {plot}")
-    output.message(
-        "dry run: pass --apply to write it"
-        if changed is None
-        else f"applied to machine state {report.key}"
-        if changed
-        else f"unchanged: {report.key} already set"
-    )
-
-
-def _row(grade: int, report) -> dict:
-    now, new = report.now[grade], report.proposed[grade]
-    return {
-        "grade": grade,
-        "n": now["n"],
-        "dropped now": now["dropped"],
-        "share now": _pct(now["share"]),
-        "dropped proposed": new["dropped"],
-        "share proposed": _pct(new["share"]),
-    }
-
-
-def _pct(share: float | None) -> str:
-    return "-" if share is None else f"{share:.1%}"
+    else:
+        _render.calibration(report, changed, plot)

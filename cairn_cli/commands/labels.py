@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from cairn_cli import output
+from cairn_cli.commands import _render
 from cairn_cli.commands._common import Json, ResponseFile, opened_settings, read_response
 from cairn_cli.core.ids import MAX_TURN
 
@@ -40,7 +41,7 @@ def grade(
     if json:
         output.json_out(report.as_dict())
     else:
-        _print_report(report)
+        _render.grade_report(report)
     if report.problems or report.rejected:
         # the well-formed rest is applied; the exit code tells a script that some of its input was not
         raise InvalidInput(
@@ -48,15 +49,3 @@ def grade(
             "the rest was applied",
             "see the report and docs/cm-block.md",
         )
-
-
-def _print_report(report) -> None:
-    output.text_out(
-        f"session {report.session_id} turn {report.turn}: {len(report.applied)} graded, "
-        f"{len(report.rejected)} rejected, {len(report.corroborated)} corroborated, "
-        f"{len(report.contradicted)} contradicted"
-    )
-    for r in report.rejected:
-        output.message(f"rejected {r['memory_id']}:{r['grade']}: {r['reason']}")
-    for p in report.problems:
-        output.message(f"skipped: {p}")

@@ -10,7 +10,9 @@ from typing import Annotated
 import typer
 
 from cairn_cli import output
+from cairn_cli.commands import _render
 from cairn_cli.commands._common import Json, opened_settings
+from cairn_cli.commands._options import option_values
 
 
 class Device(str, Enum):
@@ -123,59 +125,20 @@ def train_reranker(
     student replaces the live one atomically; the daemon picks it up on its next request.
     Example: cairn train-reranker --engagement --engagement-methods lexical,semantic --json
     """
-    from cairn_cli.core.learning import training
+    from cairn_cli.core.learning import jobs
+    from cairn_cli.core.learning.attempt import TrainOptions
+    from cairn_cli.core.learning.export import engagement_methods as parse_methods
 
-    opts = training.TrainOptions(
-        data=data,
-        base=base,
-        epochs=epochs,
-        batch_size=batch_size,
-        lr=lr,
-        margin=margin,
-        seed=seed,
-        device=device.value,
-        holdout=holdout,
-        min_gap=min_gap,
-        deploy_margin=deploy_margin,
-        recall_tolerance=recall_tolerance,
-        engagement=engagement,
-        engagement_min_pos=engagement_min_pos,
-        engagement_max_pairs=engagement_max_pairs,
-        engagement_methods=training.engagement_methods(engagement_methods),
-        instance=instance,
-        max_length=max_length,
-        layers=layers,
-        max_train_pairs=max_train_pairs,
-        dry_run=dry_run,
-        deploy=not no_deploy,
+    asked = option_values(
+        TrainOptions, locals(), engagement_methods=parse_methods(engagement_methods), deploy=not no_deploy
     )
-    job = training.Job(rollback=rollback, export=export, auto=auto, min_new_labels=min_new_labels)
+    job = jobs.Job(rollback=rollback, export=export, auto=auto, min_new_labels=min_new_labels)
     with contextlib.ExitStack() as stack:
 
         def progress(total: int, what: str):
             return stack.enter_context(output.progress(total, what, unit="pair"))
 
-        outcome = training.run_job(
-            opened_settings(read_only=export or dry_run), opts, job, progress=None if json else progress
+        outcome = jobs.run_job(
+            opened_settings(read_only=export or dry_run), TrainOptions(**asked), job, progress=None if json else progress
         )
-    output.json_out(outcome) if json else _render(outcome)
-
-
-def _render(outcome: dict) -> None:
-    kind = outcome["outcome"]
-    if kind == "rolled-back":
-        output.message(f"rolled back: the live student is {outcome['version']}")
-    elif kind == "exported":
-        output.message(f"wrote {outcome['rows']} graded deliveries to {outcome['path']}")
-    elif kind in ("locked", "skipped"):
-        output.message(f"{kind}: {outcome['reason']}" if kind == "skipped" else outcome["reason"])
-    else:
-        output.key_values(
-            {k: v for k, v in outcome.items() if k != "train_stats" and v is not None}, title=f"train-reranker: {kind}"
-        )
-        if outcome.get("train_stats"):
-            st = outcome["train_stats"]
-            output.message(
-                f"trained on {st['examples']} pairs in {st['seconds']} s ({st['device']}, "
-                f"bf16 {st['bf16']}), peak RSS {st['peak_rss_mb']} MB"
-            )
+    output.json_out(outcome) if json else _render.training_outcome(outcome)

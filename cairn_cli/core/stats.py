@@ -1,12 +1,6 @@
 """Statistics over the delivery log: grades and engagement per generation version and reranker model, label volume
 over time, and the share of load-bearing (grade-3) memories each model's floor drops; over the memory store: the
-write-side dedup rate per generation version.
-
-Invariant 5: a rate is only ever computed within one `engaged_method` tag. Untagged decided rows (engaged set,
-method NULL) are counted apart and never enter a rate. Every Wilson interval here counts deliveries as
-independent, which they are not (one session delivers many); for an A/B decision use per-session outcomes
-(`session_rate` in `arm_engagement`, invariant 8).
-"""
+write-side dedup rate per generation version. More in docs/learning.md."""
 
 from __future__ import annotations
 
@@ -558,3 +552,27 @@ def plot(path: Path, groups: list[GroupStats], engagement: list[ArmEngagement]) 
     bottom.set_title("engagement per version and method (methods never pooled)")
     fig.savefig(path, format="png", dpi=100)
     return path
+
+
+def deliveries_report(
+    settings: Settings,
+    *,
+    since: str | None,
+    session: str | None,
+    instance: str | None,
+    asked: list[str] | None,
+    plot_to: Path | None,
+) -> list[GroupStats]:
+    """`cairn stats deliveries`: the groups (engagement only of the `asked` methods, None: all), and their plot
+    (engagement per arm beside it) when `plot_to`."""
+    start = parse_since(since)
+    groups = delivery_stats(settings, since=start, session=session, instance=instance)
+    if asked is not None:
+        for g in groups:
+            g.engagement = {m: cell for m, cell in g.engagement.items() if m in asked}
+    if plot_to is not None:
+        from cairn_cli.core.experiment.ab import arms
+
+        version_arms = {v: arm for arm, v in arms(settings).versions.items() if v}
+        plot(plot_to, groups, arm_engagement(settings, since=start, session=session, version_arms=version_arms))
+    return groups

@@ -179,10 +179,10 @@ class Daemon:
             self._reranker_lock.release()
 
     def _refresh_reranker(self, settings: Settings, *, wait: bool) -> None:
-        from cairn_cli.core.learning import shared
+        from cairn_cli.core.learning import team
         from cairn_cli.core.ranking.reranking import resolve
 
-        note = shared.sync(settings, refused=self.refused_students) if shared.shared_store() else None
+        note = team.sync(settings, refused=self.refused_students) if team.shared_store() else None
         if note:  # the team's student: installed (resolved below), or why not
             self.log(note)
             self.student_warning = note if "not installed" in note else None

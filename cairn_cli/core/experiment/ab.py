@@ -351,3 +351,26 @@ def selfmod_lock():
     from cairn_cli.core.job_locks import store_lock
 
     return store_lock("ab-selfmod")
+
+
+@dataclass
+class Decided:
+    """What `cairn ab promote|selfmod` did: nothing when another run held the lock (`locked` False), else the
+    decision and what was applied (None: nothing, or a dry run)."""
+
+    locked: bool
+    dry_run: bool
+    decision: Verdict | None = None
+    applied: dict | None = None
+
+
+def decide(settings: Settings, *, dry_run: bool, by: str) -> Decided:
+    """Evaluate the A/B and, unless a dry run, apply a promotion or retirement; one run at a time (a lock)."""
+    with selfmod_lock() as locked:
+        if not locked:
+            return Decided(False, dry_run)
+        decision = evaluate(settings)
+        applied = None
+        if decision.decision in ("promote", "retire") and not dry_run:
+            applied = apply_decision(decision, settings, by=by)
+    return Decided(True, dry_run, decision, applied)

@@ -1,11 +1,5 @@
-"""Thresholds set from data, not taste: the reranker floor and the semantic-engagement threshold, from grades.
-
-A delivered memory whose score is under the threshold is dropped (score < floor). The proposal is the HIGHEST
-threshold that still keeps at least `keep` of the grade-3 (load-bearing) memories, which is the one that drops the
-most grade-0 memories under that constraint. Floors are on each model's native score scale (`reranker_score`);
-the engagement threshold is on the cosine scale of `engaged_semantic`. Applying writes machine-managed state
-(`reranker_floor:<model>`, `engagement_semantic_min`) with an audit record.
-"""
+"""Thresholds set from data, not taste: the reranker floor and the semantic-engagement threshold, from grades. More
+in docs/learning.md."""
 
 from __future__ import annotations
 
@@ -318,3 +312,14 @@ def plot(report: CalibrationReport, path: Path) -> Path:
     )
     fig.savefig(path, format="png", dpi=100)
     return path
+
+
+def calibrate_floor(
+    settings: Settings, *, plot_to: Path | None, apply_it: bool, **asked
+) -> tuple[CalibrationReport, bool | None]:
+    """`cairn calibrate-floor`: the proposal (calibrate's `asked`), its plot when `plot_to`, applied when `apply_it`.
+    Returns the report and whether applying changed the state (None: not applied)."""
+    report = calibrate(settings, **asked)
+    if plot_to is not None:
+        plot(report, plot_to)
+    return report, apply(report, settings) if apply_it else None

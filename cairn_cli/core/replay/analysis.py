@@ -1,26 +1,5 @@
-"""The statistics of the offline write-side A/B (`cairn replay`): pure functions of judged pairs, no I/O.
-
-Input: one `JudgedPair` per (session, turn, criterion) where the two arms' memories differ. The judge saw the arms
-blind, as X and Y under a random stored mapping (`x_is_b`), and twice with positions swapped: call 1 showed X
-first then Y, call 2 showed Y first then X. Each call answered "first", "second" or "tie" per criterion, or None
-when its answer stayed unparseable after the retry.
-
-A pair's outcome (`pair_outcome`): each call's position is mapped back to an arm; both calls naming the same arm
-give that arm the pair; a call saying tie makes it a tie; the calls naming different arms is a FLIP (the judge
-followed the position, not the memories), recorded and scored as a tie. A pair with a missing call is `unparsed`:
-counted, never guessed, and left out of every rate.
-
-Analysis (pre-registered, stated in `VERDICT_RULE` before any replay is run): the unit is the SESSION, as in the
-live A/B (a session's turns share a context and are not independent). Per criterion, a session's score is B's
-win share among its parsed pairs, ties counting half; B's win rate is the mean of the session scores over the
-sessions with at least one parsed pair. Its interval is a seeded percentile bootstrap over sessions; the test is
-an exact two-sided sign test over sessions (score above 0.5 against below; exactly 0.5 drops out). The verdict:
-
-- "too few sessions" when fewer than MIN_SESSIONS sessions have a parsed pair;
-- "B better" when the interval's lower bound is above 0.5 AND the sign test's p < alpha;
-- "B worse" when the interval's upper bound is below 0.5 AND p < alpha;
-- "no difference" otherwise.
-"""
+"""The statistics of the offline write-side A/B (`cairn replay`): pure functions of judged pairs, no I/O. More in
+docs/learning.md."""
 
 from __future__ import annotations
 
@@ -167,7 +146,7 @@ def sign_test(above: int, below: int) -> float:
 
 @dataclass
 class Comparison:
-    """B against A on one criterion, over the sessions (see the module docstring for the pre-registered rule).
+    """B against A on one criterion, over the sessions (docs/learning.md states the pre-registered rule).
     `win_rate`: mean session score; `low`/`high`: its bootstrap interval; `sessions_b`/`sessions_a`/`sessions_even`:
     sessions whose score is above / below / exactly 0.5; `p_value`: the sign test on sessions_b vs sessions_a.
     Pair totals: `wins_b`, `wins_a`, `ties` (flips included), `flips`, `unparsed`; `judged` = parsed pairs;

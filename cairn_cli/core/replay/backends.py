@@ -1,15 +1,5 @@
-"""Where `cairn replay` gets its answers: the Anthropic API, any OpenAI-compatible server, or a local command.
-
-Each backend turns one prompt into one `Answer` (text and token counts). The SDKs' own retries are off: one loop
-here retries what a later attempt can fix (HTTP 429 and 5xx, timeouts, dropped connections, a failing command) with
-exponential backoff, and fails at once on what it cannot (any other 4xx: a bad key, a bad request). A response body
-that is not the protocol's JSON is retried once at most. A call that still fails is one `BackendError` line naming
-the backend, the model, what failed and the attempts made.
-
-API keys come from the environment only (`ANTHROPIC_API_KEY`, `OPENAI_API_KEY`), are read when the backend is made
-and are never logged, stored or put in an error message: errors are built from status codes and exception kinds,
-never from a server's body, and any text that might echo the key is scrubbed of it.
-"""
+"""Where `cairn replay` gets its answers: the Anthropic API, any OpenAI-compatible server, or a local command. More
+in docs/learning.md."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""Secrets out of text before it leaves the machine: `redact(text)` -> (redacted text, count per kind).
-
-Each secret becomes `[REDACTED:<kind>]`. Token formats with a recognisable shape go first (private-key blocks, then
-provider keys and tokens, then credentials in URLs and `Authorization` headers); assignments whose key names a
-secret (`DB_PASSWORD=...`, `"api_key": "..."`, `token: ...`) go last and keep the key, so a value already replaced
-by a shaped pattern is not counted twice. Prose that only mentions a secret ("the token budget", "a password
-reset flow") is left alone: a key must be assigned a value to be redacted.
-"""
+"""Secrets out of text before it leaves the machine: `redact(text)` -> (redacted text, count per kind). More in
+docs/learning.md."""
 
 from __future__ import annotations
 

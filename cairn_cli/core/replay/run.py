@@ -1,21 +1,6 @@
 """`cairn replay run`: real sessions replayed through two generation rules, judged blind, position-swapped and
-pairwise. An analysis tool, never the live experiment: its verdicts inform, they never promote.
-
-For every main-agent turn of every session (core/replay/sessions.py), each arm's writer call gets that arm's rules,
-the turn and the memories the arm already wrote in this session, and answers a [cm] block parsed by the Stop hook's
-parser (core/labels/cm.py); each arm keeps its own session-local store. Where the arms wrote different memories,
-the judge compares them: blind (X / Y, the mapping drawn per pair from the run's seed and stored), twice with the
-order reversed, on three criteria (core/replay/analysis.py turns the two calls into one outcome and counts flips).
-An unparseable judge answer is asked again once, then counted, never guessed. Beside the judge, per arm: the dedup
-rate (near-duplicates within a session at cairn's own semantic threshold), the findability backtest (a memory
-written at turn t, a later turn whose response uses it as `cairn engage` decides: is it in cairn's top k for that
-turn's prompt, among what the arm had written by then) and a cold-read call per memory (0-3).
-
-Every call goes through one `Caller`: redaction first (on by default: nothing leaves the machine unredacted), then
-the content cache (backend, model, prompt hash -> answer, in the memory store: a rerun or `--resume` pays for
-nothing twice), then the caps (`--max-calls`, `--max-cost-usd`: a call that would pass a cap is not made, the run
-stops cleanly and its report says it is partial), and the accounting of what was sent where.
-"""
+pairwise. An analysis tool, never the live experiment: its verdicts inform, they never promote. More in
+docs/learning.md."""
 
 from __future__ import annotations
 

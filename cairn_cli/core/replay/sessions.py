@@ -1,10 +1,4 @@
-"""The sessions a replay reads: Claude Code transcripts on disk, main-agent turns only.
-
-A transcript is `~/.claude/projects/<slug>/<session>.jsonl`; subagent transcripts (`<session>/subagents/agent-*.jsonl`)
-and sidechain lines are left out. A turn is a typed prompt and the agent's text answer to it (task notifications,
-tool-only turns and turns with no text are not turns a memory is written for); cairn's own blocks are removed and
-both sides are cleaned as the ranker cleans a window, then bounded.
-"""
+"""The sessions a replay reads: Claude Code transcripts on disk, main-agent turns only. More in docs/learning.md."""
 
 from __future__ import annotations
 
@@ -56,7 +50,7 @@ def discover(spec: str | None, *, since: dt.datetime | None = None, limit: int |
 
 
 def load(path: Path) -> ReplaySession:
-    """The session's main-agent turns (see the module note)."""
+    """The session's main-agent turns (see docs/learning.md)."""
     from cairn_cli.core.labels.cm import strip_block
     from cairn_cli.core.ranking.context import clean
     from cairn_cli.core.transcript import read_transcript

@@ -1,11 +1,5 @@
 """Pairwise fine-tuning of a cross-encoder, and scoring with it (plain torch: no `sentence-transformers[train]`).
-
-The student is a sequence-classification model with one logit. Each training example is a (query, better, worse)
-triple; both pairs go through the model in one batch and `MarginRankingLoss` asks the better logit to beat the
-worse by `margin`. The base is a local directory: the incumbent cross-encoder, or the bundled all-MiniLM-L6-v2
-encoder with a fresh one-logit head (the only offline option on a machine with no cross-encoder in its cache).
-Nothing here downloads anything.
-"""
+More in docs/learning.md."""
 
 from __future__ import annotations
 

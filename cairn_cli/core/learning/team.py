@@ -1,13 +1,5 @@
-"""The student of a team: trained on one machine from the pooled labels, deployed to every machine sharing the store.
-
-`publish` (after a local deploy, when the memory store is PostgreSQL: a store machines share) writes the version
-directory as a tar into `student_versions` with its sha256, and names it in the deployed-student state. `sync`
-(each daemon, before it resolves its reranker) installs the version that state names when this machine does not
-run it yet: the tar is read from the store, its checksum verified, unpacked into a new local version directory and
-deployed by the same atomic symlink swap as a local deploy, so the daemon picks it up as it picks up its own. A
-version that cannot be installed (a checksum that does not match, a broken tar) is never deployed: the machine
-keeps its current model and says why.
-"""
+"""The student of a team: trained on one machine from the pooled labels, deployed to every machine sharing the
+store. More in docs/learning.md."""
 
 from __future__ import annotations
 
@@ -20,6 +12,7 @@ from pathlib import Path
 
 from cairn_cli import config
 from cairn_cli.config import Settings
+from cairn_cli.core.learning.deploy import DEPLOY_KEY, deploy, versions_dir
 from cairn_cli.core.store import state
 
 SHARED_KEY = "published"  # inside the deployed-student state: {"name", "checksum", "size"}
@@ -44,7 +37,6 @@ def _tar(directory: Path) -> bytes:
 def publish(version: Path, settings: Settings, *, force: bool = False) -> dict | None:
     """Write the deployed `version` directory to the shared store and name it in the deployed-student state;
     None (nothing done) when the store is this machine's own, unless `force`."""
-    from cairn_cli.core.learning.training import DEPLOY_KEY
     from cairn_cli.db.tables import StudentVersion, memory_proxy
 
     if not (force or shared_store()):
@@ -72,7 +64,6 @@ def sync(settings: Settings, *, refused: set[str] | None = None) -> str | None:
     """Install and deploy the published student this machine does not run yet. Returns what happened (a line for
     the daemon's log and status), or None when there is nothing to do. `refused`: versions this process found
     broken already (not fetched again)."""
-    from cairn_cli.core.learning.training import DEPLOY_KEY, deploy, versions_dir
     from cairn_cli.db.tables import StudentVersion
 
     published = (state.get(DEPLOY_KEY, settings) or {}).get(SHARED_KEY)
