@@ -10,6 +10,7 @@ from cairn_cli.cli import (
     ab_app,
     ab_queue_app,
     app,
+    config_app,
     daemon_app,
     db_app,
     hook_app,
@@ -29,11 +30,12 @@ GROUPS = {
     id(stats_app): "stats ",
     id(replay_app): "replay ",
     id(db_app): "db ",
+    id(config_app): "config ",
 }
 ALL = [f"{GROUPS[id(parent)]}{name}" for parent, name, _ in COMMANDS]
 
 
-@pytest.mark.parametrize("command", ["", "memory", "daemon", "hook", "ab", "ab queue", "stats", "db"] + ALL)
+@pytest.mark.parametrize("command", ["", "memory", "daemon", "hook", "ab", "ab queue", "stats", "db", "config"] + ALL)
 def test_every_help_works(cli, command):
     result = cli(*command.split(), "--help")
     assert result.exit_code == 0, result.output

@@ -18,7 +18,7 @@ CORE_ORDER = [
     {"labels"},
     {"ranking"},
     {"learning"},
-    {"hooks", "stats", "replay"},
+    {"hooks", "stats", "replay", "settings_report"},
 ]
 
 
