@@ -4,15 +4,13 @@ hashing encoder (one slow test with the bundled model); each call gives what the
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import cairn_cli
 from cairn_cli.errors import InvalidInput, NotFound
-from tests.conftest import EXAMPLES, QUESTIONS, ROOT
+from tests.conftest import EXAMPLES, QUESTIONS, python_c
 
 
 @pytest.fixture
@@ -28,7 +26,7 @@ def test_import_cairn_cli_stays_cheap_and_the_api_is_there_on_first_use():
         "cairn_cli.open_store\n"
         "print(before, 'cairn_cli.api' in sys.modules)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    out = python_c(code)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["[]", "True"], out.stdout
     with pytest.raises(AttributeError, match="no_such_thing"):

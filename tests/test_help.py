@@ -1,8 +1,5 @@
 """Every command has working --help, is in the README, and `cairn --help` stays light."""
 
-import subprocess
-import sys
-
 import pytest
 
 from cairn_cli.cli import (
@@ -18,7 +15,7 @@ from cairn_cli.cli import (
     replay_app,
     stats_app,
 )
-from tests.conftest import ROOT
+from tests.conftest import ROOT, python_c
 
 GROUPS = {
     id(app): "",
@@ -95,6 +92,6 @@ def test_help_imports_no_heavy_module():
         "heavy = [m for m in ('torch', 'sentence_transformers', 'transformers', 'numpy', 'peewee', 'tqdm')"
         " if m in sys.modules]\nprint('HEAVY', heavy)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    out = python_c(code)
     assert out.returncode == 0, out.stderr
     assert "HEAVY []" in out.stdout, out.stdout
