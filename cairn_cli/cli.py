@@ -16,6 +16,7 @@ from cairn_cli.commands import (
     ab,
     backfill,
     calibrate,
+    config,
     daemon,
     db,
     deliveries,
@@ -56,6 +57,7 @@ replay_app = _group(
 )
 ab_queue_app = _group(help="Candidate instructions for arm B.")
 db_app = _group(help="The stores themselves: make one on purpose, copy one between SQLite and PostgreSQL.")
+config_app = _group(help="The settings: what is in force and where it came from.")
 stats_app = _group(
     help="What the labels say: deliveries, label volume, floors, abstentions, write-side dedup; how big the stores are."
 )
@@ -176,6 +178,7 @@ COMMANDS: list[tuple[typer.Typer, str, Callable]] = [
     (stats_app, "dedup", stats.dedup),
     (stats_app, "instances", stats.instances),
     (stats_app, "stores", stats.stores),
+    (config_app, "show", config.show),
 ]
 for _parent, _name, _fn in COMMANDS:
     _parent.command(_name)(handle_errors(_fn))
@@ -187,6 +190,7 @@ app.add_typer(ab_app, name="ab")
 app.add_typer(replay_app, name="replay")
 app.add_typer(stats_app, name="stats")
 app.add_typer(db_app, name="db")
+app.add_typer(config_app, name="config")
 
 
 def main() -> None:

@@ -235,6 +235,93 @@ _SETTINGS = [
 ]
 SETTINGS: dict[str, Setting] = {s.name: s for s in _SETTINGS}
 
+# The settings by what they tune, in the README's order (its "Configuration" section has one table per group under
+# these headings; tests/test_config_show.py checks both agree). `cairn config show` prints them the same way.
+GROUPS: list[tuple[str, list[str]]] = [
+    ("Stores and home", ["HOME", "DB_URL", "EPHEMERAL_DB_URL", "DB_LOCK_TIMEOUT_MS", "INSTANCE"]),
+    ("Embedding", ["EMBED_MODEL", "EMBED_DTYPE"]),
+    (
+        "Ranking",
+        [
+            "SCORE_W_SIMILARITY",
+            "SCORE_W_KEYWORDS",
+            "SCORE_W_SCOPE",
+            "SCORE_W_CONFIDENCE",
+            "SCORE_W_RECENCY",
+            "RECENCY_HALF_LIFE_DAYS",
+            "KEYWORD_FIELD_WEIGHT",
+            "RELEVANCE_PREFILTER_ENABLED",
+            "RANK_K",
+            "EXPLORE_RATE",
+            "RANK_PROFILE",
+            "COMPOSITE_FLOOR",
+            "CONTEXT_MAX_TURNS",
+            "CONTEXT_MAX_CHARS",
+            "INJECTION_MAX_CHARS",
+        ],
+    ),
+    (
+        "Reranker",
+        [
+            "RERANKER_ENABLED",
+            "RERANK_CANDIDATES",
+            "RERANK_BUDGET_MS",
+            "RERANK_CALIBRATION",
+            "RERANK_BLEND",
+            "CROSS_ENCODER_STUDENT_PATH",
+            "CROSS_ENCODER_STUDENT_FLOOR",
+            "RERANKER_BGE_ENABLED",
+            "RERANKER_MIN_VRAM_GB",
+            "RERANKER_FLOOR_MSMARCO",
+            "RERANKER_FLOOR_BGE",
+            "RERANKER_DTYPE",
+            "RERANKER_MAX_LENGTH",
+            "TORCH_THREADS",
+        ],
+    ),
+    ("Daemon", ["DAEMON", "DAEMON_TIMEOUT_MS", "DAEMON_BACKOFF_S", "DAEMON_WATCH_S", "DAEMON_IDLE_EXIT_S"]),
+    ("Logs and retention", ["LOG_MAX_BYTES", "LOG_KEEP", "RETENTION_DAYS"]),
+    (
+        "Labels: confidence, engagement, dedup",
+        [
+            "CONFIDENCE_PRIOR_POS",
+            "CONFIDENCE_PRIOR_NEG",
+            "ENGAGEMENT_LEXICAL_MIN",
+            "ENGAGEMENT_SEMANTIC_ENABLED",
+            "ENGAGEMENT_SEMANTIC_MIN",
+            "ENGAGEMENT_CHUNK_CHARS",
+            "DEDUP_SEMANTIC_MIN",
+        ],
+    ),
+    (
+        "Hooks",
+        [
+            "HOOK_SCOPE",
+            "TRANSCRIPT_MAX_BYTES",
+            "STOP_WRITE_BUDGET_S",
+            "MAX_INPUT_BYTES",
+            "STOP_MAX_MEMORIES",
+            "HOOK_TRANSCRIPT_WAIT_MS",
+        ],
+    ),
+    (
+        "Write-side A/B",
+        [
+            "AB_TEST_ENABLED",
+            "AB_SEED",
+            "AB_SPRT_P1",
+            "AB_ALPHA",
+            "AB_BETA",
+            "AB_MATURE_DAYS",
+            "AB_MIN_SESSIONS",
+            "AB_MIN_GRADES",
+            "AB_GRADE_TOLERANCE",
+        ],
+    ),
+    ("Offline replay", ["REPLAY_WRITER_MODEL", "REPLAY_JUDGE_MODEL"]),
+    ("Debugging", ["DEBUG"]),
+]
+
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -296,21 +383,30 @@ def _file_values() -> dict:
     return values
 
 
+# where a setting's value came from (`resolve`), highest precedence first
+FLAG, ENVIRONMENT, CONFIG_FILE, DEFAULT = "flag", "environment", "config.toml", "default"
+
+
 def get(name: str, override: object = None, environ: dict | None = None) -> object:
     """One setting, by precedence: explicit override > CAIRN_<NAME> > config.toml > default.
 
     `environ` replaces os.environ: the daemon resolves a request with the calling client's environment.
     """
+    return resolve(name, override, environ)[0]
+
+
+def resolve(name: str, override: object = None, environ: dict | None = None) -> tuple[object, str]:
+    """(one setting's value, where it came from: FLAG, ENVIRONMENT, CONFIG_FILE or DEFAULT); see `get`."""
     setting = SETTINGS[name]
     if override is not None:
-        return _coerce(setting, override, f"--{name.lower().replace('_', '-')}")
+        return _coerce(setting, override, f"--{name.lower().replace('_', '-')}"), FLAG
     env = (os.environ if environ is None else environ).get(f"CAIRN_{name}")
     if env is not None:
-        return _coerce(setting, env, f"CAIRN_{name}")
+        return _coerce(setting, env, f"CAIRN_{name}"), ENVIRONMENT
     file_values = _file_values() if name != "HOME" else {}
     if name in file_values:
-        return _coerce(setting, file_values[name], f"config.toml {name}")
-    return setting.default
+        return _coerce(setting, file_values[name], f"config.toml {name}"), CONFIG_FILE
+    return setting.default, DEFAULT
 
 
 class Settings:
@@ -327,6 +423,10 @@ class Settings:
         if name.startswith("_") or name not in SETTINGS:
             raise AttributeError(name)
         return get(name, self._overrides.get(name), self._environ)
+
+    def resolve(self, name: str) -> tuple[object, str]:
+        """(the setting's value, where it came from), as `config.resolve` says."""
+        return resolve(name, self._overrides.get(name), self._environ)
 
     def overrides(self) -> dict[str, object]:
         return dict(self._overrides)

@@ -381,12 +381,11 @@ def apply_spool(home: Path, env: dict) -> dict:
 
 def read_back(env: dict, records: list[dict]) -> dict:
     """What the store holds of what each Stop sent, and what hook.log says."""
-    from cairn_cli.config import Settings
-    from cairn_cli.core.store import open_stores
+    import cairn_cli
     from cairn_cli.db.tables import HookState, Memory, MemoryDelivery
 
     with stores_of(env, ("CAIRN_HOME", "CAIRN_DB_URL", "CAIRN_EPHEMERAL_DB_URL", "CAIRN_EMBED_MODEL")):
-        open_stores(Settings())
+        cairn_cli.open_store(create=None)
         sessions = sorted({r["session"] for r in records})
         # a turn is found by its prompt's "(session k, turn t)" tag: hook state keeps a long prompt's tail alone
         turns = {

@@ -279,22 +279,19 @@ def replay(all_obs: list[list[Obs]], vecs: list[np.ndarray], labels: dict, thres
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="bench_dedup_") as tmp:
-        os.environ["CAIRN_HOME"] = tmp
-        from cairn_cli.config import Settings
-        from cairn_cli.core.store import open_stores
-        from cairn_cli.core.store.dedup import add_memories
-        from cairn_cli.core.store.memories import MemoryInput
+        import cairn_cli
         from cairn_cli.db import close_all
         from cairn_cli.db.tables import Memory, MemoryMerge
 
-        settings = Settings(DEDUP_SEMANTIC_MIN=threshold, DB_URL="", EPHEMERAL_DB_URL="")
         close_all()
-        open_stores(settings)
+        store = cairn_cli.open_store(
+            home=tmp, db_url="", ephemeral_db_url="", create=None, DEDUP_SEMANTIC_MIN=threshold
+        )
         try:
             for obs, v in zip(all_obs, vecs):
                 embed = _lookup_embedder({o.text: v[i] for i, o in enumerate(obs)})
                 for o in obs:  # the observation's id rides in source_ref: the merge rows name both sides
-                    add_memories([MemoryInput(o.text, scope=f"conv{o.conv}", source_ref=o.id)], settings, embed=embed)
+                    store.add_many([cairn_cli.MemoryInput(o.text, scope=f"conv{o.conv}", source_ref=o.id)], embed=embed)
             merges = [
                 (r.method, r.memory_id, r.source_ref, r.similarity)
                 for r in MemoryMerge.select().order_by(MemoryMerge.id)

@@ -54,16 +54,13 @@ def use_home(home: Path) -> None:
 def build_store(home: Path, convs: list[loopdata.Conversation]) -> dict[int, tuple[str, set[str]]]:
     """Import every conversation's observations into `home`'s store (embedded in process); memory id ->
     (conversation, the turn ids it stands for)."""
-    from cairn_cli.config import Settings
-    from cairn_cli.core.store import dedup, memories, open_stores
+    import cairn_cli
 
     use_home(home)
-    settings = Settings()
-    open_stores(settings)
+    store = cairn_cli.open_store(create=None)
     out: dict[int, tuple[str, set[str]]] = {}
     for conv in convs:
-        entries = [memories.validate_entry(line) for line in loopdata.memory_lines(conv)]
-        results = dedup.add_memories(entries, settings)
+        results = store.add_many(loopdata.memory_lines(conv))
         for (_, ids), r in zip(conv.observations, results):
             out.setdefault(r.id, (conv.sample_id, set()))[1].update(ids)
     return out
@@ -371,18 +368,16 @@ def evaluate_live(home: Path, queries: list[dict], *, composite: bool = False, r
     """R@5 / nDCG@10 of the live ranking on the held-out queries: `cairn rank`'s pipeline (its ranking profile
     and composite floor, the prompt kept in each pair), in this process, with the reranker that resolves now
     (composite=True: without one; `reranker`: this one instead)."""
-    from cairn_cli.config import Settings
+    import cairn_cli
     from cairn_cli.core.metrics import ndcg
-    from cairn_cli.core.ranking.engine import RankEngine
     from cairn_cli.core.ranking.pipeline import select
     from cairn_cli.core.ranking.profiles import composite_floor
     from cairn_cli.core.ranking.profiles import profile as get_profile
-    from cairn_cli.core.store import open_stores
 
     use_home(home)
-    s = Settings()
-    open_stores(s)
-    engine = RankEngine.in_process(s, with_reranker=not composite and reranker is None)
+    store = cairn_cli.open_store(create=None)
+    s = store.settings
+    engine = store.engine(with_reranker=not composite and reranker is None)
     reranker = reranker if reranker is not None else engine.reranker
     profile = get_profile(s)
     floor, _ = composite_floor(s, profile.name, engine.embed_model)
@@ -501,12 +496,11 @@ def replay(args, regime: str, noise: float) -> dict:
 
 
 def delivery_rankers(home: Path) -> dict:
-    from cairn_cli.config import Settings
-    from cairn_cli.core.store import open_stores
+    import cairn_cli
     from cairn_cli.db.tables import MemoryDelivery
 
     use_home(home)
-    open_stores(Settings())
+    cairn_cli.open_store(create=None)
     out: dict = {}
     for d in MemoryDelivery.select(
         MemoryDelivery.ranker, MemoryDelivery.reranker_model, MemoryDelivery.score_components
@@ -600,12 +594,11 @@ def plot(results: list[dict], path: Path) -> None:
 
 def store_map(home: Path, convs: list[loopdata.Conversation]) -> dict[int, tuple[str, set[str]]]:
     """build_store's memory id -> (conversation, turn ids), read back from `home`'s store."""
-    from cairn_cli.config import Settings
-    from cairn_cli.core.store import open_stores
+    import cairn_cli
     from cairn_cli.db.tables import Memory
 
     use_home(home)
-    open_stores(Settings())
+    cairn_cli.open_store(create=None)
     turns = {(c.sample_id, text): ids for c in convs for text, ids in c.observations}
     out = {}
     for m in Memory.select(Memory.id, Memory.content, Memory.scope):
@@ -616,11 +609,11 @@ def store_map(home: Path, convs: list[loopdata.Conversation]) -> dict[int, tuple
 
 def shadow_student(home: Path, **options):
     """`cairn train-reranker` as cron runs it on `home` (never deploying): its report and the student it trained."""
-    from cairn_cli.config import Settings
-    from cairn_cli.core.learning import gate, trainer
-    from cairn_cli.core.learning.attempt import TrainOptions
+    import cairn_cli
+    from cairn_cli.core.learning import gate
 
     use_home(home)
+    store = cairn_cli.open_store(create=None)  # `home`'s stores, not the ones bound before
     trained = {}
     judge = gate.judge
 
@@ -630,7 +623,7 @@ def shadow_student(home: Path, **options):
 
     gate.judge = keep
     try:
-        report = trainer.train_reranker(Settings(), TrainOptions(deploy=False, **options))
+        report = store.train(deploy=False, **options)
     finally:
         gate.judge = judge
     return report, trained["model"]

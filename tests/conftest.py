@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -87,6 +89,11 @@ def shared(*parts: str) -> Path:
     if not path.exists():
         pytest.skip(f"real data not found at {path} (../shared/data is absent on this machine)")
     return path
+
+
+def python_c(code: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """`code` run by a fresh interpreter (what a new process imports), from the checkout."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
 
 
 # -- PostgreSQL: a throw-away server per test session, a fresh database per test ---------------------------------

@@ -1,8 +1,5 @@
 """Every command has working --help, is in the README, and `cairn --help` stays light."""
 
-import subprocess
-import sys
-
 import pytest
 
 from cairn_cli.cli import (
@@ -10,6 +7,7 @@ from cairn_cli.cli import (
     ab_app,
     ab_queue_app,
     app,
+    config_app,
     daemon_app,
     db_app,
     hook_app,
@@ -17,7 +15,7 @@ from cairn_cli.cli import (
     replay_app,
     stats_app,
 )
-from tests.conftest import ROOT
+from tests.conftest import ROOT, python_c
 
 GROUPS = {
     id(app): "",
@@ -29,11 +27,12 @@ GROUPS = {
     id(stats_app): "stats ",
     id(replay_app): "replay ",
     id(db_app): "db ",
+    id(config_app): "config ",
 }
 ALL = [f"{GROUPS[id(parent)]}{name}" for parent, name, _ in COMMANDS]
 
 
-@pytest.mark.parametrize("command", ["", "memory", "daemon", "hook", "ab", "ab queue", "stats", "db"] + ALL)
+@pytest.mark.parametrize("command", ["", "memory", "daemon", "hook", "ab", "ab queue", "stats", "db", "config"] + ALL)
 def test_every_help_works(cli, command):
     result = cli(*command.split(), "--help")
     assert result.exit_code == 0, result.output
@@ -93,6 +92,6 @@ def test_help_imports_no_heavy_module():
         "heavy = [m for m in ('torch', 'sentence_transformers', 'transformers', 'numpy', 'peewee', 'tqdm')"
         " if m in sys.modules]\nprint('HEAVY', heavy)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    out = python_c(code)
     assert out.returncode == 0, out.stderr
     assert "HEAVY []" in out.stdout, out.stdout

@@ -19,7 +19,7 @@ CORE_ORDER = [
     {"labels"},
     {"ranking"},
     {"learning"},
-    {"hooks", "stats", "replay"},
+    {"hooks", "stats", "replay", "settings_report"},
 ]
 
 
@@ -85,8 +85,6 @@ def test_core_stages_import_one_way():
 
 # a statement as cairn writes one: an upper-case SQL verb at the start of a string literal (or of an f-string)
 _SQL = re.compile(r"^\s*(SELECT|INSERT|UPDATE|DELETE|CREATE|DROP|ALTER|PRAGMA|WITH|BEGIN|VACUUM|ANALYZE)\s")
-# core/ranking/fallback.py still reads the full-text index in SQL of its own: another branch moves it into db/
-_SQL_EXEMPT = {"core/ranking/fallback.py"}
 
 
 def _sql_strings(path) -> list[str]:
@@ -103,6 +101,126 @@ def _sql_strings(path) -> list[str]:
 def test_only_db_writes_sql():
     for path in sorted(PKG.rglob("*.py")):
         where = path.relative_to(PKG).as_posix()
-        if where.startswith("db/") or where in _SQL_EXEMPT:
+        if where.startswith("db/"):
             continue
         assert not _sql_strings(path), f"{where} holds SQL: {_sql_strings(path)}"
+
+
+# -- the picture of the house: which module imports which ---------------------------------------------------------
+
+
+def _module_name(path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _graph() -> dict[str, set[str]]:
+    """module -> the cairn_cli modules it names in an import (module-level or in a function): `from a.b import c`
+    is an arrow to a.b.c when that is a module, else to a.b."""
+    modules = {_module_name(p): p for p in PKG.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets.update(
+                    f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                    for a in node.names
+                )
+            elif isinstance(node, ast.Import):
+                targets.update(a.name for a in node.names)
+        graph[name] = {t for t in targets if t in modules and t != name}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def _under(module: str, *prefixes: str) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def test_the_import_graph_has_no_cycles():
+    graph = _graph()
+    cycles = [
+        " ⇄ ".join(c) + "  (" + ", ".join(f"{a} -> {b}" for a in c for b in sorted(graph[a]) if b in c) + ")"
+        for c in _cycles(graph)
+    ]
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+EDGES = (
+    "cairn_cli.commands",
+    "cairn_cli.cli",
+    "cairn_cli.daemon",
+    "cairn_cli.hotpath",
+    "cairn_cli.entry",
+    "cairn_cli.hook_entry",
+    "cairn_cli.api",
+)
+
+
+def test_no_arrow_points_up():
+    """core, db and ml never import the faces (commands, cli, daemon, the hot path's entries, the API); db and ml never import
+    core (core's own stages: test_core_stages_import_one_way)."""
+    graph = _graph()
+    upward = [
+        f"{m} -> {t}"
+        for m in sorted(graph)
+        for t in sorted(graph[m])
+        if (_under(m, "cairn_cli.core", "cairn_cli.db", "cairn_cli.ml") and _under(t, *EDGES))
+        or (_under(m, "cairn_cli.db", "cairn_cli.ml") and _under(t, "cairn_cli.core"))
+    ]
+    assert not upward, "upward imports:\n" + "\n".join(upward)
+
+
+MAX_COMMAND_BODY = 40
+
+
+def test_commands_are_thin():
+    """Every command's body (after its docstring; its option declarations are its parameters, not counted; blank
+    lines not counted) is at most MAX_COMMAND_BODY lines: the command declares and calls, core does the work."""
+    import inspect
+    from pathlib import Path
+
+    from cairn_cli.cli import COMMANDS
+
+    long = []
+    for _, _, fn in COMMANDS:
+        path = Path(inspect.getsourcefile(fn) or "")
+        text = path.read_text()
+        node = next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == fn.__name__)
+        body = node.body[1:] if ast.get_docstring(node) is not None else node.body
+        lines = [line for line in text.splitlines()[body[0].lineno - 1 : node.end_lineno] if line.strip()]
+        if len(lines) > MAX_COMMAND_BODY:
+            long.append(f"{path.relative_to(ROOT)}:{fn.__name__} ({len(lines)} lines)")
+    assert not long, f"commands with a body over {MAX_COMMAND_BODY} lines:\n" + "\n".join(long)

@@ -132,7 +132,9 @@ def floors(
     """
     from cairn_cli.core import stats
 
-    rows = stats.floor_stats(opened_settings(read_only=True), since=stats.parse_since(since), session=session, instance=instance)
+    rows = stats.floor_stats(
+        opened_settings(read_only=True), since=stats.parse_since(since), session=session, instance=instance
+    )
     output.json_out(rows) if json else _render.floor_rows(rows)
 
 

@@ -139,6 +139,9 @@ def train_reranker(
             return stack.enter_context(output.progress(total, what, unit="pair"))
 
         outcome = jobs.run_job(
-            opened_settings(read_only=export or dry_run), TrainOptions(**asked), job, progress=None if json else progress
+            opened_settings(read_only=export or dry_run),
+            TrainOptions(**asked),
+            job,
+            progress=None if json else progress,
         )
     output.json_out(outcome) if json else _render.training_outcome(outcome)

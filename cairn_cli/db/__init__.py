@@ -23,16 +23,6 @@ _SQLITE_PRAGMAS = {"journal_mode": "wal", "foreign_keys": 1, "busy_timeout": 500
 WRITE_LOCK = "IMMEDIATE"  # how a SQLite transaction begins (peewee's and the lean connection's alike)
 _open: dict[tuple[str, str], peewee.Database] = {}
 _lean: dict[str, LeanSqlite] = {}  # kind -> the lean connection this process ranks through (open_lean)
-_writing: dict[str, str | None] = {"instance": None}  # the instance id new rows carry (core/store.open_stores)
-
-
-def set_writing_instance(instance: str | None) -> None:
-    _writing["instance"] = instance
-
-
-def writing_instance() -> str | None:
-    """Who writes the rows of this process (every `instance` column): a store several machines share says which."""
-    return _writing["instance"]
 
 
 _URL_FLAG = {"memory": "--db-url / CAIRN_DB_URL", "ephemeral": "--ephemeral-db-url / CAIRN_EPHEMERAL_DB_URL"}

@@ -8,8 +8,8 @@ from __future__ import annotations
 import peewee
 
 from cairn_cli.clock import utcnow
-from cairn_cli.db import writing_instance  # the `instance` columns' default
 from cairn_cli.db.fields import JSONField
+from cairn_cli.db.instance import writing_instance  # the `instance` columns' default
 
 memory_proxy = peewee.DatabaseProxy()
 ephemeral_proxy = peewee.DatabaseProxy()

@@ -163,7 +163,6 @@ def _occurrences(session_id: str) -> dict[int, int]:
     return out
 
 
-
 def run(
     settings: Settings,
     opts: BackfillOptions,

@@ -57,6 +57,7 @@ def open_stores(settings: Settings, *, create: bool | None = None, lean: bool = 
     db.close_lean(). Every row written from here on carries this instance's id (`instance_id`)."""
     from cairn_cli import db
     from cairn_cli.core.store import search_index
+    from cairn_cli.db.instance import set_writing_instance
 
     memory_url = config.memory_db_url(settings.DB_URL)
     ephemeral_url = config.ephemeral_db_url(settings.EPHEMERAL_DB_URL)
@@ -64,7 +65,7 @@ def open_stores(settings: Settings, *, create: bool | None = None, lean: bool = 
     if not opened_lean:
         db.open_memory_db(memory_url, create=may_create("memory", memory_url, create))
         db.open_ephemeral_db(ephemeral_url, create=may_create("ephemeral", ephemeral_url, create))
-    db.set_writing_instance(instance_id(settings))
+    set_writing_instance(instance_id(settings))
     search_index.sync_if_behind()  # memories a write did not index (the migration that made the index queues them all)
     return opened_lean
 

@@ -70,13 +70,14 @@ def record(rows: list[DeliveryInput], settings: Settings) -> list[int]:
 
     from cairn_cli import db
     from cairn_cli.db import turn_log
+    from cairn_cli.db.instance import writing_instance
 
     ids = sorted({r.memory_id for r in rows})
     known = turn_log.known_memories(ids)
     missing = sorted(set(ids) - known)
     if missing:
         raise NotFound(f"unknown memory id(s) {missing}", "see `cairn memory list`; nothing was logged")
-    stamp = {"delivered_at": db.timestamp("ephemeral", utcnow()), "instance": db.writing_instance()}
+    stamp = {"delivered_at": db.timestamp("ephemeral", utcnow()), "instance": writing_instance()}
     out = []
     with db.transaction("ephemeral"):
         for row in rows:

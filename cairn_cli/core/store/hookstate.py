@@ -15,6 +15,7 @@ def record_turn(session_id: str, turn: int, *, context_key: str, hook: dict) -> 
 
     from cairn_cli import db
     from cairn_cli.db import turn_log
+    from cairn_cli.db.instance import writing_instance
 
     data = {k: v for k, v in hook.items() if k not in ("transcript_path", "agent_id", "is_subagent", "arm")}
     if isinstance(data.get("prompt"), str):
@@ -34,7 +35,7 @@ def record_turn(session_id: str, turn: int, *, context_key: str, hook: dict) -> 
             **fields,
             "data": orjson.dumps(data).decode(),
             "created_at": db.timestamp("ephemeral", utcnow()),
-            "instance": db.writing_instance(),
+            "instance": writing_instance(),
         }
         db.insert("ephemeral", "hook_state", values)
     else:
