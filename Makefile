@@ -30,7 +30,7 @@ test: install
 test-fast: install
 	$(PY) -m pytest -q -m "not slow"
 
-# ruff (lint and format) over the code, mypy over core/ and db/ (config in pyproject.toml)
+# ruff (lint and format) over the code, mypy over the whole cairn_cli package (config in pyproject.toml)
 lint: install
 	$(VENV)/bin/ruff check $(CODE)
 	$(VENV)/bin/ruff format --check $(CODE)

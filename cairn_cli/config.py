@@ -395,6 +395,26 @@ def get(name: str, override: object = None, environ: dict | None = None) -> obje
     return resolve(name, override, environ)[0]
 
 
+# `get` typed by the setting's type (SETTINGS): a setting's value is its default or `_coerce`d to that type, so
+# the asserts always hold; they tell mypy what `get`'s `object` is.
+def get_str(name: str) -> str:
+    value = get(name)
+    assert isinstance(value, str), name
+    return value
+
+
+def get_int(name: str) -> int:
+    value = get(name)
+    assert isinstance(value, int), name
+    return value
+
+
+def get_float(name: str) -> float:
+    value = get(name)
+    assert isinstance(value, (int, float)), name
+    return value
+
+
 def resolve(name: str, override: object = None, environ: dict | None = None) -> tuple[object, str]:
     """(one setting's value, where it came from: FLAG, ENVIRONMENT, CONFIG_FILE or DEFAULT); see `get`."""
     setting = SETTINGS[name]

@@ -41,6 +41,7 @@ def parse_rank(argv: list[str]) -> dict | None:
             options = False
             continue
         if options and arg.startswith("-") and arg != "-":
+            value: str | None  # None: the option's value is missing (the end of argv)
             name, eq, value = arg.partition("=")
             if name in _RANK_FLAGS and not eq:
                 out[_RANK_FLAGS[name]] = True

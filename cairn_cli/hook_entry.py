@@ -50,7 +50,7 @@ def run_prompt(raw: bytes | None = None) -> int:
 
         payload = parse_payload(stdin_bytes() if raw is None else raw, PROMPT_EVENT)
         where["session"] = payload.session_id
-        result = dispatch.rank(prompt_request(payload, config.get("HOOK_SCOPE")), {}, autostart=True)
+        result = dispatch.rank(prompt_request(payload, config.get_str("HOOK_SCOPE")), {}, autostart=True)
         if result["injection"]:
             sys.stdout.write(result["injection"] + "\n")
             sys.stdout.flush()

@@ -13,7 +13,7 @@ from cairn_cli.core.ids import MAX_TURN
 
 
 def assign(
-    session: Annotated[str, typer.Option(help="The session of the prompt.")] = ...,
+    session: Annotated[str, typer.Option(help="The session of the prompt.")],
     turn: Annotated[
         int | None, typer.Option(min=0, max=MAX_TURN, help="The turn (default: the session's next).")
     ] = None,

@@ -14,7 +14,8 @@ from cairn_cli.core.ids import MAX_TURN
 
 def engage(
     response: Annotated[str | None, typer.Argument(help="The response text; '-' or omitted reads stdin.")] = None,
-    session: Annotated[str, typer.Option(help="The session whose deliveries are judged.")] = ...,
+    *,  # --session is required (no default) after the optional argument: Typer passes every parameter by name
+    session: Annotated[str, typer.Option(help="The session whose deliveries are judged.")],
     turn: Annotated[
         int | None, typer.Option(min=0, max=MAX_TURN, help="The turn (default: the session's latest delivered turn).")
     ] = None,

@@ -16,7 +16,8 @@ def grade(
     response: Annotated[
         str | None, typer.Argument(help="The response text holding the [cm] block; '-' or omitted reads stdin.")
     ] = None,
-    session: Annotated[str, typer.Option(help="The session whose deliveries are graded.")] = ...,
+    *,  # --session is required (no default) after the optional argument: Typer passes every parameter by name
+    session: Annotated[str, typer.Option(help="The session whose deliveries are graded.")],
     turn: Annotated[
         int | None, typer.Option(min=0, max=MAX_TURN, help="The turn (default: the session's latest delivered turn).")
     ] = None,

@@ -67,11 +67,11 @@ def rank(request: PromptRequest, overrides: dict, *, autostart: bool = False) ->
         raise ConfigError(f"CAIRN_DAEMON={mode!r} is not auto or off", "set CAIRN_DAEMON=auto")
     if mode == "off":
         return _in_process(request, overrides, fallback=None)
-    backoff_s = config.get("DAEMON_BACKOFF_S")
+    backoff_s = config.get_float("DAEMON_BACKOFF_S")
     skipped = client.backoff_reason(backoff_s)
     if skipped:
         return _in_process(request, overrides, fallback=skipped)
-    timeout_ms = config.get("DAEMON_TIMEOUT_MS")
+    timeout_ms = config.get_int("DAEMON_TIMEOUT_MS")
     # the daemon logs nothing once we may have given up on it: no prompt is logged twice
     sent = {**request.as_dict(), "commit_deadline": time.time() + max(0.05, timeout_ms / 1000.0 - COMMIT_MARGIN_S)}
     try:
@@ -133,14 +133,14 @@ def embed_with_model(texts: list[str], *, timeout_ms: int | None = None) -> tupl
     if config.get("DAEMON") == "off":
         name, vectors = _local_embed(texts)
         return name, vectors.tolist()
-    backoff_s = config.get("DAEMON_BACKOFF_S")
+    backoff_s = config.get_float("DAEMON_BACKOFF_S")
     if client.backoff_reason(backoff_s):
         return None
     try:
         answer = _ask(
             "embed",
             {"texts": texts, "env": client.client_environ()},
-            timeout_ms or max(2000, config.get("DAEMON_TIMEOUT_MS")),
+            timeout_ms or max(2000, config.get_int("DAEMON_TIMEOUT_MS")),
             backoff_s,
         )
     except (client.Unavailable, client.RemoteError):
@@ -166,11 +166,11 @@ def embed_daemon_first(texts: list[str]):
 
 
 def _daemon_ready() -> bool:
-    backoff_s = config.get("DAEMON_BACKOFF_S")
+    backoff_s = config.get_float("DAEMON_BACKOFF_S")
     if client.backoff_reason(backoff_s):
         return False
     try:
-        health = _ask("health", {}, config.get("DAEMON_TIMEOUT_MS"), backoff_s)
+        health = _ask("health", {}, config.get_int("DAEMON_TIMEOUT_MS"), backoff_s)
     except (client.Unavailable, client.RemoteError):
         return False
     return health.get("state") == "ready"
@@ -180,7 +180,7 @@ def _local_embed(texts: list[str]):
     """(model name, float32 array): the configured model, loaded in this process (ml/models.embed_here)."""
     from cairn_cli.ml.models import embed_here
 
-    return embed_here(texts, config.get("EMBED_MODEL"), config.get("EMBED_DTYPE"))
+    return embed_here(texts, config.get_str("EMBED_MODEL"), config.get_str("EMBED_DTYPE"))
 
 
 def embed(texts: list[str]) -> list[list[float]] | None:

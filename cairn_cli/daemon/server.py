@@ -25,6 +25,11 @@ from cairn_cli.daemon.client import HEARTBEAT_S, clear_backoff, socket_path, sta
 from cairn_cli.errors import CairnError, DeadlineExceeded, InvalidInput
 from cairn_cli.files import atomic_write, private_dir
 
+TYPE_CHECKING = False  # typing is not imported at run time for these (the models' modules are loaded lazily)
+if TYPE_CHECKING:
+    from cairn_cli.core.ranking.engine import RankEngine
+    from cairn_cli.daemon.batching import ModelQueue
+
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 STUCK_AFTER_S = 10.0  # no heartbeat while a request has run this long and none has finished meanwhile
 
@@ -128,14 +133,14 @@ class Daemon:
         self.stores = _Stores()
         self._reranker_lock = threading.RLock()  # one request checks the reranker's resolution at a time
         self._adapting = threading.Lock()
-        self.engine = None
-        self.models = None  # the queue of the embedder's and the cross-encoder's calls (batching.py)
-        self.reranker_sig = None
-        self.loading_sig = None
+        self.engine: RankEngine | None = None  # set by load(), before the daemon is ready
+        self.models: ModelQueue | None = None  # the queue of the embedder's and the cross-encoder's calls (batching.py)
+        self.reranker_sig: tuple | None = None
+        self.loading_sig: tuple | None = None
         self.refused_students: set[str] = set()  # the team's student versions that could not be installed here
         self.student_warning: str | None = None
         self.state = "loading"
-        self.server = None
+        self.server: _Server | None = None  # set by _serve_locked before anything is served
         self.socket_id: tuple[int, int] | None = None  # (st_dev, st_ino) of the socket we bound
         self.stopping: str | None = None
 
@@ -223,6 +228,7 @@ class Daemon:
         with self._reranker_lock:  # a request in flight keeps the reranker it started with (request_engine)
             if self.loading_sig != sig:
                 return  # superseded by a newer deployment while loading
+            assert self.engine is not None  # the reranker is refreshed once load() has made the engine
             current = self.engine.reranker
             if reranker is None and resolution.role != NONE and current is not None:
                 # a model that does not load (a broken deployment) never replaces one that ranks
@@ -301,6 +307,7 @@ class Daemon:
             texts = req.get("texts")
             if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
                 raise InvalidInput("embed needs a list of texts", 'send {"texts": [...]}')
+            assert self.engine is not None and self.models is not None  # ready: load() made them
             vecs = QueuedEncoder(self.engine.encoder, self.models, start_by=deadline).encode(texts)
             return {"ok": True, "model": self.engine.encoder.name, "vectors": vecs.tolist()}
         raise InvalidInput(f"unknown op {op!r}", "use rank, embed, health or shutdown")
@@ -310,6 +317,7 @@ class Daemon:
         when it started (a swap meanwhile serves the next requests) behind the cross-encoder's queue."""
         from cairn_cli.daemon.batching import QueuedEncoder, QueuedReranker
 
+        assert self.engine is not None and self.models is not None  # ready: load() made them
         reranker = self.engine.reranker
         queued = (
             QueuedReranker(reranker, self.models, budget_ms=settings.RERANK_BUDGET_MS, deadline=deadline)
@@ -360,6 +368,7 @@ class Daemon:
         if self.stopping is None:
             self.stopping = why
             self.log(f"exiting: {why}")
+            assert self.server is not None  # nothing calls stop before _serve_locked has set the server
             threading.Thread(target=self.server.shutdown, daemon=True).start()
 
     def watch(self, done: threading.Event) -> None:
@@ -437,6 +446,8 @@ class Daemon:
 
 
 class _Handler(socketserver.StreamRequestHandler):
+    server: _Server  # the only server it handles for
+
     def handle(self) -> None:
         daemon: Daemon = self.server.daemon
         try:
@@ -464,6 +475,7 @@ class _Handler(socketserver.StreamRequestHandler):
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
     request_queue_size = 64  # the hooks of concurrent sessions queue up instead of being refused (default 5)
+    daemon: Daemon  # set by _serve_locked before it serves
 
 
 def serve(home: Path, settings: Settings) -> int:
