@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cairn_cli.config import Settings
-from cairn_cli.core.text import GLOBAL_SCOPE
+from cairn_cli.core.ids import GLOBAL_SCOPE
 
 if TYPE_CHECKING:
     from cairn_cli.core.hooks.prompt import RankResult

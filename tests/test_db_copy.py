@@ -88,7 +88,6 @@ def _use(monkeypatch, memory_url: str, ephemeral_url: str) -> None:
 
 def _fallback_top(cli, monkeypatch) -> dict:
     monkeypatch.setenv("CAIRN_DAEMON", "auto")
-    monkeypatch.setenv("CAIRN_DAEMON_AUTOSTART", "false")
     ranked = json.loads(cli("rank", PROMPT, "--scope", "webshop", "--no-log", "--json").stdout)
     monkeypatch.setenv("CAIRN_DAEMON", "off")
     assert ranked["ranker"] == "cairn-fallback"

@@ -48,7 +48,6 @@ def test_memories_rank_log_and_the_fallback_on_each_backend(backend, cli, monkey
     assert [r.memory_id for r in sorted(rows, key=lambda r: r.rank)] == [m["id"] for m in ranked["memories"]]
     # the daemon down: the full-text index ranks (tsvector + GIN on PostgreSQL)
     monkeypatch.setenv("CAIRN_DAEMON", "auto")
-    monkeypatch.setenv("CAIRN_DAEMON_AUTOSTART", "false")
     down = json.loads(
         cli("rank", "integration tests fail with connection refused", "--scope", "webshop", "--json").stdout
     )

@@ -9,7 +9,7 @@ import typer
 
 from cairn_cli import output
 from cairn_cli.commands._common import Json, opened_settings
-from cairn_cli.core.text import GLOBAL_SCOPE
+from cairn_cli.core.ids import GLOBAL_SCOPE
 
 
 def add(

@@ -1,10 +1,12 @@
-"""The domain's ids as stored: a session id (clean text, bounded length) and a turn number (a 32-bit integer).
+"""The domain's ids as stored: a session id (clean text, bounded length), a turn number (a 32-bit integer), the
+global scope.
 Stdlib only: the prompt hook's hot path cleans its payload with these."""
 
 from __future__ import annotations
 
 MAX_TURN = 2**31 - 1  # a turn number the databases store as a 32-bit integer
 MAX_SESSION_CHARS = 200  # what the session_id columns hold
+GLOBAL_SCOPE = "global"  # the scope every scope sees: memories for no project in particular
 
 
 def clean_text(text: str) -> str:

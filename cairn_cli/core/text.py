@@ -10,8 +10,6 @@ import re
 import unicodedata
 from functools import lru_cache
 
-GLOBAL_SCOPE = "global"  # the scope every scope sees: memories for no project in particular
-
 STOP_WORDS = frozenset(
     [
         "a",

@@ -11,7 +11,7 @@ import os
 import re
 
 from cairn_cli.core.hooks.request import PromptRequest
-from cairn_cli.core.ids import clean_text, session_key
+from cairn_cli.core.ids import GLOBAL_SCOPE, clean_text, session_key
 from cairn_cli.errors import InvalidInput
 
 PROMPT_EVENT, STOP_EVENT = "UserPromptSubmit", "Stop"
@@ -85,7 +85,7 @@ def hook_scope(payload: HookPayload, scope_setting: str) -> str:
     if scope_setting:
         return scope_setting
     name = _SCOPE_CHARS.sub("-", os.path.basename(os.path.normpath(payload.cwd or ""))).strip("-.")
-    return name[:200] or "global"
+    return name[:200] or GLOBAL_SCOPE
 
 
 def prompt_request(payload: HookPayload, scope_setting: str) -> PromptRequest:

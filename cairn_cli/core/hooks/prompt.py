@@ -14,12 +14,12 @@ from cairn_cli.config import Settings
 from cairn_cli.core.experiment import rules as generation_rules
 from cairn_cli.core.experiment.turn import TurnArm, draw
 from cairn_cli.core.hooks.request import PromptRequest
+from cairn_cli.core.ids import GLOBAL_SCOPE
 from cairn_cli.core.ranking.context import ContextWindow, build_context_window
 from cairn_cli.core.ranking.engine import RankEngine
 from cairn_cli.core.ranking.injection import format_block
 from cairn_cli.core.ranking.rank import Clock, Ranking, RankQuery, rank
 from cairn_cli.core.store import deliveries
-from cairn_cli.core.text import GLOBAL_SCOPE
 from cairn_cli.errors import DeadlineExceeded, InvalidInput, NotFound
 
 

@@ -88,12 +88,12 @@ def pipeline_rankings(cases: list[RankingCase], rerankers: dict, settings: Setti
     stage goes (ranking_quality condenses it to the graded memories, then cuts it at 5 and GATE_K)."""
     import numpy as np
 
+    from cairn_cli.core.ids import GLOBAL_SCOPE
     from cairn_cli.core.ranking.engine import RankEngine
     from cairn_cli.core.ranking.pipeline import select
     from cairn_cli.core.ranking.profiles import composite_floor
     from cairn_cli.core.ranking.profiles import profile as get_profile
     from cairn_cli.core.ranking.scoring import Candidate, ScoringTable
-    from cairn_cli.core.text import GLOBAL_SCOPE
 
     engine = RankEngine.in_process(settings, with_reranker=False)
     profile = get_profile(settings)  # the profile and composite floor `cairn rank` ranks the store with

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from cairn_cli.clock import utcnow
 from cairn_cli.config import Settings
+from cairn_cli.core.ids import GLOBAL_SCOPE
 from cairn_cli.core.learning.pairs import Scorer
-from cairn_cli.core.text import GLOBAL_SCOPE
 
 
 def composite_scorer(settings: Settings) -> Scorer:

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from cairn_cli import config
 from cairn_cli.config import Settings
+from cairn_cli.core.ids import GLOBAL_SCOPE
 from cairn_cli.core.ranking.lexical import Candidate, ScoreTable, candidate_of
-from cairn_cli.core.text import GLOBAL_SCOPE
 
 if TYPE_CHECKING:
     from cairn_cli.core.ranking.scoring import ScoringTable

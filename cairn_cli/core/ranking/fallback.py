@@ -14,6 +14,7 @@ import orjson
 
 from cairn_cli.clock import utcnow
 from cairn_cli.config import Settings
+from cairn_cli.core.ids import GLOBAL_SCOPE
 from cairn_cli.core.ranking.lexical import (
     BM25_B,
     BM25_K1,
@@ -24,7 +25,7 @@ from cairn_cli.core.ranking.lexical import (
     unknown_weight,
 )
 from cairn_cli.core.store import search_index
-from cairn_cli.core.text import GLOBAL_SCOPE, terms
+from cairn_cli.core.text import terms
 from cairn_cli.db.fulltext import Doc, ScopeStats
 
 COMPLETE_COST = 8  # completing a memory from its stored counts costs about this many postings read

@@ -8,12 +8,12 @@ import time
 from dataclasses import dataclass, field
 
 from cairn_cli.config import Settings
+from cairn_cli.core.ids import GLOBAL_SCOPE
 from cairn_cli.core.ranking.context import ContextWindow
 from cairn_cli.core.ranking.engine import RankEngine
 from cairn_cli.core.ranking.pipeline import Selection, rerank, shortlist
 from cairn_cli.core.ranking.profiles import composite_floor
 from cairn_cli.core.ranking.profiles import profile as get_profile
-from cairn_cli.core.text import GLOBAL_SCOPE
 from cairn_cli.errors import InvalidInput
 
 

@@ -21,6 +21,7 @@ from collections import Counter
 import numpy as np
 
 from cairn_cli.clock import utcnow
+from cairn_cli.core.ids import GLOBAL_SCOPE
 from cairn_cli.core.ranking.lexical import (  # the numpy-free part, re-exported here
     BM25_B,
     BM25_K1,
@@ -30,7 +31,7 @@ from cairn_cli.core.ranking.lexical import (  # the numpy-free part, re-exported
     lexical_field,
     unknown_weight,
 )
-from cairn_cli.core.text import GLOBAL_SCOPE, terms
+from cairn_cli.core.text import terms
 
 __all__ = [
     "BM25_B",

@@ -434,9 +434,9 @@ def _top_k(before: list, prompt: str, settings: Settings, embed, *, k: int) -> s
     arm's session-local store, no floor, no reranker."""
     import numpy as np
 
+    from cairn_cli.core.ids import GLOBAL_SCOPE
     from cairn_cli.core.ranking.pipeline import select
     from cairn_cli.core.ranking.scoring import Candidate, ScoringTable
-    from cairn_cli.core.text import GLOBAL_SCOPE
 
     table = ScoringTable([], settings.KEYWORD_FIELD_WEIGHT, dim=len(before[0][1]))
     now = utcnow()

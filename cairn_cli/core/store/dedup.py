@@ -8,13 +8,14 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from cairn_cli.config import Settings
+from cairn_cli.core.ids import GLOBAL_SCOPE
 from cairn_cli.core.store import search_index
 from cairn_cli.core.store.embeddings import Embedder, embed_texts, embedding_text, local_embedder, store_embeddings
 from cairn_cli.core.store.evidence import add_evidence, confidence_of
 from cairn_cli.core.store.memories import MemoryInput
 from cairn_cli.core.store.merges import merge_into
 from cairn_cli.core.store.semantic_index import SemanticIndex
-from cairn_cli.core.text import GLOBAL_SCOPE, normalise, sha256
+from cairn_cli.core.text import normalise, sha256
 
 
 @dataclass

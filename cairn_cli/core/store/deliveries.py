@@ -7,8 +7,7 @@ from dataclasses import asdict, dataclass, field
 
 from cairn_cli.clock import utcnow
 from cairn_cli.config import Settings
-from cairn_cli.core.ids import MAX_TURN, session_key
-from cairn_cli.core.text import GLOBAL_SCOPE
+from cairn_cli.core.ids import GLOBAL_SCOPE, MAX_TURN, session_key
 from cairn_cli.errors import InvalidInput, NotFound
 
 MAX_ROW_ID = 2**63 - 1  # a database row id
