@@ -169,6 +169,8 @@ def reranker_system(model) -> System:
 def _bind_stores(settings) -> None:
     """resolve_reranker() reads calibrated floors from the store's machine state: open this user's stores
     read-only, or, when there are none, empty throwaway ones (no calibrated floor: the configured floors hold)."""
+    import atexit
+    import shutil
     import tempfile
 
     from cairn_cli import db
@@ -179,6 +181,7 @@ def _bind_stores(settings) -> None:
         open_stores(settings, create=False)
     except NotFound:
         home = Path(tempfile.mkdtemp(prefix="bench-ranking-"))
+        atexit.register(shutil.rmtree, home, True)
         db.open_db(f"sqlite:///{home / 'memory.db'}", f"sqlite:///{home / 'ephemeral.db'}", create=True)
 
 
