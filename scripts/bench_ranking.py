@@ -1,9 +1,15 @@
-"""Ranking-quality benchmark: BM25 vs dense vs cairn's composite, side by side, on Cranfield and LoCoMo dev.
+"""Ranking-quality benchmark: BM25 vs dense vs the generic hybrids peers ship (RRF, a min-max blend) vs cairn's
+composite, side by side, on Cranfield, LoCoMo dev (turns and observations) and TREC DL 2019.
 
-    .venv/bin/python scripts/bench_ranking.py [--diagnose] [--limit-queries 20 --datasets cranfield --out /tmp/b]
+    .venv/bin/python scripts/bench_ranking.py [--part held-out|dev|all] [--reference composite] [--diagnose]
+        [--limit-queries 20 --datasets cranfield,locomo,dl19 --out /tmp/b]
 
 Data is read in place from ../shared/data, never copied. A system is `(store, query) -> memory indices, best
-first`: add a row by adding one entry to SYSTEMS. `--diagnose` prints composite variants (stdout only).
+first`: add a row by adding one entry to SYSTEMS. Every set is split once, the same way in every run: LoCoMo by
+conversation (locomo.HELD_OUT), Cranfield by query (seeded 70/30), DL19 not at all (43 queries: all reported).
+`--part` picks the part reported; every system's R@5 and nDCG@10 come with a paired 95% bootstrap interval of its
+difference to `--reference` (default: the composite as shipped, the old default). `--diagnose` prints composite
+variants (stdout only).
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import datetime as dt
 import json
 import os
 import platform
+import random
 import re
 import sys
 import time
@@ -23,9 +30,14 @@ from typing import Any
 
 import numpy as np
 
-from cairn_cli.core import metrics
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import locomo  # noqa: E402  (scripts/locomo.py: the held-out conversations)
+
+from cairn_cli.core import metrics  # noqa: E402
+
 DEFAULT_DATA = ROOT.parent / "shared" / "data"
 NOW = dt.datetime(2026, 1, 1)  # every memory is "updated now": recency is constant (and weighs 0 anyway)
 CRAN_GRADES = {1: 3, 2: 2, 3: 1, 4: 1}  # Cleverdon codes run backwards; -1 is ungraded
@@ -33,6 +45,12 @@ LOCOMO_CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single
 EXCLUDED_CATEGORY = 5
 DIA_ID = re.compile(r"D:?(\d+):0*(\d+)")
 K_NDCG, K_MAP = 10, 100
+SEED = 13
+BOOTSTRAP = 2000  # paired bootstrap resamples of the questions
+CRAN_HELD_OUT_SHARE = 0.30  # Cranfield: a seeded 30% of the judged queries (by query number) is held out
+DL19_RECALL_GRADE = 2  # DL19 R@5 counts passages graded >= 2 (highly / perfectly relevant) as relevant
+PARTS = ("held-out", "dev", "all")
+DATASETS = {"cranfield": "cranfield", "locomo": "locomo", "dl19": "trec_dl"}  # name -> folder in the data dir
 
 
 @dataclass
@@ -41,6 +59,9 @@ class Query:
     vec: np.ndarray
     relevant: dict[int, int]  # memory index -> grade (>= 1)
     category: int | None = None
+    qid: str = ""
+    ideal: list[int] | None = None  # every judged grade of the query, when some are outside the store (DL19)
+    recall_relevant: frozenset[int] | None = None  # recall's relevant set when it is not `relevant` (DL19: grade >= 2)
 
 
 @dataclass
@@ -50,9 +71,9 @@ class Store:
     texts: list[str]
     vecs: np.ndarray
     queries: list[Query] = field(default_factory=list)
-    _built: dict[str, Any] = field(default_factory=dict, repr=False)
+    _built: dict[Any, Any] = field(default_factory=dict, repr=False)
 
-    def cached(self, key: str, build: Callable[[Store], Any]) -> Any:
+    def cached(self, key: Any, build: Callable[[Store], Any]) -> Any:
         if key not in self._built:
             self._built[key] = build(self)
         return self._built[key]
@@ -81,12 +102,16 @@ def _bm25s_index(store: Store) -> tuple[Any, Any]:
 
 
 def bm25s_scores(store: Store, query: Query) -> np.ndarray:
+    """bm25s's BM25 of every memory (0 when no query term matches), computed once per (store, query)."""
     import bm25s
 
-    retriever, stemmer = store.cached("bm25s", _bm25s_index)
-    tokens = bm25s.tokenize([query.text], stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False)[0]
-    ids = retriever.get_tokens_ids(tokens)
-    return retriever.get_scores_from_ids(ids) if ids else np.zeros(len(store.texts), dtype=np.float32)
+    def build(store: Store) -> np.ndarray:
+        retriever, stemmer = store.cached("bm25s", _bm25s_index)
+        tokens = bm25s.tokenize([query.text], stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False)
+        ids = retriever.get_tokens_ids(tokens[0])
+        return retriever.get_scores_from_ids(ids) if ids else np.zeros(len(store.texts), dtype=np.float32)
+
+    return store.cached(("bm25s", query.text), build)  # the scores depend on the text alone
 
 
 def cosine(store: Store, query: Query) -> np.ndarray:
@@ -141,6 +166,25 @@ def reranker_system(model) -> System:
     return system
 
 
+def _bind_stores(settings) -> None:
+    """resolve_reranker() reads calibrated floors from the store's machine state: open this user's stores
+    read-only, or, when there are none, empty throwaway ones (no calibrated floor: the configured floors hold)."""
+    import atexit
+    import shutil
+    import tempfile
+
+    from cairn_cli import db
+    from cairn_cli.core.store import open_stores
+    from cairn_cli.errors import NotFound
+
+    try:
+        open_stores(settings, create=False)
+    except NotFound:
+        home = Path(tempfile.mkdtemp(prefix="bench-ranking-"))
+        atexit.register(shutil.rmtree, home, True)
+        db.open_db(f"sqlite:///{home / 'memory.db'}", f"sqlite:///{home / 'ephemeral.db'}", create=True)
+
+
 def load_reranker(choice: str):
     """`auto`: whatever cairn's resolve_reranker() makes live on this machine; a path: a cross-encoder directory
     (e.g. a trained student); `none`: no reranker row. Returns (model or None, why)."""
@@ -152,6 +196,7 @@ def load_reranker(choice: str):
         return None, "not requested (--reranker none)"
     settings = Settings()
     if choice == "auto":
+        _bind_stores(settings)
         model, notes = reranking.load_reranker(settings)
         return model, "; ".join(notes) or "resolved by resolve_reranker()"
     res = Resolution(
@@ -160,9 +205,49 @@ def load_reranker(choice: str):
     return CrossEncoderReranker(res, dtype=settings.RERANKER_DTYPE, max_length=settings.RERANKER_MAX_LENGTH), choice
 
 
+def keyword_list(store: Store, query: Query) -> np.ndarray:
+    """What a keyword engine returns: the memories with a matching term, best BM25 first."""
+    scores = bm25s_scores(store, query)
+    order = _rank(scores)
+    return order[scores[order] > 0]
+
+
+def rrf(store: Store, query: Query, k: int = 60) -> np.ndarray:
+    """Reciprocal rank fusion (k = 60) of the bm25s list (matching memories only) and the dense list (all):
+    score = sum over lists of 1 / (k + rank), rank from 1; a memory missing from a list gets nothing from it."""
+    score = np.zeros(len(store.texts))
+    for ranking in (keyword_list(store, query), _rank(cosine(store, query))):
+        score[ranking] += 1.0 / (k + 1 + np.arange(len(ranking)))
+    return _rank(score)
+
+
+def _normalise(x: np.ndarray, how: str) -> np.ndarray:
+    if how == "max":  # cairn's: BM25 / best BM25, cosine clipped at 0 (not rescaled)
+        return x / (x.max() or 1.0)
+    if how == "minmax":
+        return (x - x.min()) / ((x.max() - x.min()) or 1.0)
+    return (x - x.mean()) / (x.std() or 1.0)  # "z"
+
+
+def blend(store: Store, query: Query, w_lex: float = 0.5) -> np.ndarray:
+    """The peers' other hybrid: per query, bm25s scores and dense cosines each min-max normalised over the store,
+    then w_lex / (1 - w_lex)."""
+    lex = _normalise(bm25s_scores(store, query).astype(np.float64), "minmax")
+    sim = _normalise(cosine(store, query).astype(np.float64), "minmax")
+    return _rank(w_lex * lex + (1.0 - w_lex) * sim)
+
+
+def run_order(store: Store, query: Query) -> np.ndarray:
+    """The store's own order: for DL19, the first-stage BM25 run over the whole MS MARCO collection (its corpus
+    statistics, not the 100 candidates'), the ranking every DL19 reranker is compared with."""
+    return np.arange(len(store.texts))
+
+
 SYSTEMS: dict[str, System] = {
     "bm25": lambda store, q: _rank(bm25s_scores(store, q)),
     "dense": lambda store, q: _rank(cosine(store, q)),
+    "rrf": rrf,
+    "blend": blend,
     "composite": composite_system,
 }
 
@@ -177,14 +262,6 @@ def cairn_bm25_scores(store: Store, query: Query) -> np.ndarray:
     return np.asarray(table.index.scores(terms(query.text)), dtype=np.float64)
 
 
-def _normalise(x: np.ndarray, how: str) -> np.ndarray:
-    if how == "max":  # cairn's: BM25 / best BM25, cosine clipped at 0 (not rescaled)
-        return x / (x.max() or 1.0)
-    if how == "minmax":
-        return (x - x.min()) / ((x.max() - x.min()) or 1.0)
-    return (x - x.mean()) / (x.std() or 1.0)  # "z"
-
-
 def fusion(w_lex: float, w_sim: float = 0.50, norm: str = "max", lex: Callable = cairn_bm25_scores) -> System:
     def system(store: Store, query: Query) -> np.ndarray:
         sims = cosine(store, query).astype(np.float64)
@@ -195,13 +272,6 @@ def fusion(w_lex: float, w_sim: float = 0.50, norm: str = "max", lex: Callable =
     return system
 
 
-def rrf(store: Store, query: Query, k: int = 60) -> np.ndarray:
-    score = np.zeros(len(store.texts))
-    for ranking in (_rank(bm25s_scores(store, query)), _rank(cosine(store, query))):
-        score[ranking] += 1.0 / (k + 1 + np.arange(len(ranking)))
-    return _rank(score)
-
-
 DIAGNOSTICS: dict[str, System] = {
     "composite (reimpl, 0.15/0.50 max)": fusion(0.15),
     "cairn BM25 alone": fusion(1.0, 0.0),
@@ -209,51 +279,93 @@ DIAGNOSTICS: dict[str, System] = {
     **{f"minmax both {a}/{b}": fusion(a, b, "minmax") for a, b in ((0.5, 0.5), (0.3, 0.7))},
     "z-score both 0.5/0.5": fusion(0.5, 0.5, "z"),
     "bm25s max-norm 0.15/0.50": fusion(0.15, lex=bm25s_scores),
-    "RRF(bm25s, dense) k=60": rrf,
 }
 
 
 # ---------------------------------------------------------------- metrics
 
 
-def ndcg(ranking: np.ndarray, relevant: dict[int, int], k: int = K_NDCG) -> float:
-    # linear gain: Cranfield's graded judgments were reported that way from the first run
-    return (
-        metrics.ndcg([relevant.get(int(d), 0) for d in ranking[:k]], list(relevant.values()), k, exponential=False)
-        or 0.0
-    )
+def _or_nan(value: float | None) -> float:
+    return float("nan") if value is None else float(value)
 
 
-def average_precision(ranking: np.ndarray, relevant: dict[int, int], k: int = K_MAP) -> float:
-    hits = np.array([int(d) in relevant for d in ranking[:k]])
-    return float((np.cumsum(hits) / np.arange(1, len(hits) + 1))[hits].sum() / len(relevant))
+def ndcg(ranking: np.ndarray, query: Query, k: int = K_NDCG) -> float:
+    """Linear gain (trec_eval's; Cranfield's graded judgments were reported that way from the first run); a memory
+    without a judgment counts 0; the ideal ranking is over every judged grade of the query (`ideal`, as TREC)."""
+    ideal = query.ideal if query.ideal is not None else list(query.relevant.values())
+    return _or_nan(metrics.ndcg([query.relevant.get(int(d), 0) for d in ranking[:k]], ideal, k, exponential=False))
 
 
-def recall(ranking: np.ndarray, relevant: dict[int, int], k: int) -> float:
-    return metrics.recall_at([int(d) for d in ranking[:k]], set(relevant), k) or 0.0
+def average_precision(ranking: np.ndarray, query: Query, k: int = K_MAP) -> float:
+    hits = np.array([int(d) in query.relevant for d in ranking[:k]])
+    return float((np.cumsum(hits) / np.arange(1, len(hits) + 1))[hits].sum() / len(query.relevant))
 
 
-CRAN_METRICS = {"NDCG@10": ndcg, "MAP@100": average_precision}
-LOCOMO_METRICS = {"R@5": lambda r, rel: recall(r, rel, 5), "R@10": lambda r, rel: recall(r, rel, 10), "NDCG@10": ndcg}
+def recall(ranking: np.ndarray, query: Query, k: int) -> float:
+    """Share of the query's relevant memories in the first k; NaN (left out of the means) when it has none."""
+    relevant = query.recall_relevant if query.recall_relevant is not None else set(query.relevant)
+    return _or_nan(metrics.recall_at([int(d) for d in ranking[:k]], set(relevant), k))
 
 
-def evaluate(stores: list[Store], systems: dict[str, System], metrics: dict[str, Callable]) -> dict:
-    """Per system: {"all": means over every query, per-category means, "n"}; category 5 is left out of "all"."""
+def r_at(k: int) -> Callable[[np.ndarray, Query], float]:
+    return lambda ranking, query: recall(ranking, query, k)
+
+
+CRAN_METRICS = {"R@5": r_at(5), "NDCG@10": ndcg, "MAP@100": average_precision}
+LOCOMO_METRICS = {"R@5": r_at(5), "R@10": r_at(10), "NDCG@10": ndcg}
+DL19_METRICS = {"R@5": r_at(5), "NDCG@10": ndcg}
+COMPARED = ("R@5", "NDCG@10")  # the metrics with a paired interval against the reference
+
+
+def evaluate(
+    stores: list[Store], systems: dict[str, System], metrics: dict[str, Callable], per_query: dict | None = None
+) -> dict:
+    """Per system: {"all": means over every query, per-category means, "n"}; category 5 is left out of "all".
+    A metric a query cannot be scored on (NaN) is left out of that metric's mean. When `per_query` is given, it is
+    filled with each system's per-query values: {system: {group: array (queries x metrics)}}, queries in the same
+    order for every system."""
     out: dict[str, dict] = {}
     for name, system in systems.items():
         rows: dict[Any, list[list[float]]] = {}
         for store in stores:
             for q in store.queries:
                 ranking = system(store, q)
-                values = [fn(ranking, q.relevant) for fn in metrics.values()]
+                values = [fn(ranking, q) for fn in metrics.values()]
                 if q.category is not None:
                     rows.setdefault(q.category, []).append(values)
                 if q.category != EXCLUDED_CATEGORY:
                     rows.setdefault("all", []).append(values)
+        arrays = {group: np.array(v, dtype=np.float64) for group, v in rows.items()}
+        if per_query is not None:
+            per_query[name] = arrays
         out[name] = {
-            group: {"n": len(v), **dict(zip(metrics, np.mean(v, axis=0).tolist()))} for group, v in rows.items()
+            group: {"n": len(a), **dict(zip(metrics, np.nanmean(a, axis=0).tolist()))} for group, a in arrays.items()
         }
     return out
+
+
+def paired_interval(diff: np.ndarray, resamples: int = BOOTSTRAP, seed: int = SEED) -> dict[str, float | None]:
+    """Mean of the per-question differences and its 95% percentile interval from a seeded paired bootstrap (the
+    questions are resampled, each keeping both systems' values). Questions a metric cannot score are left out."""
+    d = diff[~np.isnan(diff)]
+    if len(d) == 0:
+        return {"diff": None, "low": None, "high": None, "n": 0}
+    if len(d) == 1:
+        return {"diff": float(d[0]), "low": None, "high": None, "n": 1}
+    idx = np.random.default_rng(seed).integers(0, len(d), size=(resamples, len(d)))
+    low, high = np.percentile(d[idx].mean(axis=1), [2.5, 97.5])
+    return {"diff": float(d.mean()), "low": float(low), "high": float(high), "n": len(d)}
+
+
+def compare(res: dict[str, dict], per_query: dict, metric_names: list[str], reference: str) -> None:
+    """Adds to every system's groups `vs_reference`: {metric: paired interval of (system - reference)}."""
+    for name, groups in res.items():
+        for group, summary in groups.items():
+            summary["vs_reference"] = {
+                m: paired_interval(per_query[name][group][:, j] - per_query[reference][group][:, j])
+                for j, m in enumerate(metric_names)
+                if m in COMPARED
+            }
 
 
 # ---------------------------------------------------------------- datasets
@@ -263,6 +375,10 @@ def _encode(texts: list[str]) -> np.ndarray:
     from cairn_cli.ml.models import get_encoder
 
     return get_encoder("all-MiniLM-L6-v2").encode(texts)
+
+
+def in_part(held_out: bool, part: str) -> bool:
+    return part == "all" or (part == "held-out") == held_out
 
 
 def _cran_records(path: Path) -> list[dict[str, str]]:
@@ -277,7 +393,15 @@ def _cran_records(path: Path) -> list[dict[str, str]]:
     return records
 
 
-def load_cranfield(data: Path, limit: int | None) -> list[Store]:
+def cranfield_held_out(query_numbers: list[int]) -> set[int]:
+    """The held-out Cranfield queries: a seeded CRAN_HELD_OUT_SHARE of the judged ones, by query number (the
+    1-based position cranqrel uses), drawn once from all of them (--limit-queries does not move it)."""
+    ordered = sorted(query_numbers)
+    random.Random(SEED).shuffle(ordered)
+    return set(ordered[: round(CRAN_HELD_OUT_SHARE * len(ordered))])
+
+
+def load_cranfield(data: Path, limit: int | None, part: str = "all") -> list[Store]:
     base = data / "cranfield"
     docs = _cran_records(base / "cran.all.1400")
     doc_index = {int(d["id"]): i for i, d in enumerate(docs)}
@@ -289,11 +413,13 @@ def load_cranfield(data: Path, limit: int | None) -> list[Store]:
             qpos, doc, code = (int(x) for x in line.split())
             if code in CRAN_GRADES:
                 judged.setdefault(qpos - 1, {})[doc_index[doc]] = CRAN_GRADES[code]
-    keep = [i for i in range(len(queries)) if judged.get(i)][:limit]
-    print(f"cranfield: embedding {len(texts)} docs + {len(keep)} queries", file=sys.stderr)
+    with_judgment = [i for i in range(len(queries)) if judged.get(i)]
+    held = cranfield_held_out([i + 1 for i in with_judgment])
+    keep = [i for i in with_judgment if in_part(i + 1 in held, part)][:limit]
+    print(f"cranfield: embedding {len(texts)} docs + {len(keep)} queries ({part})", file=sys.stderr)
     store = Store(texts, _encode(texts))
     qvecs = _encode([queries[i] for i in keep])
-    store.queries = [Query(queries[i], qvecs[j], judged[i]) for j, i in enumerate(keep)]
+    store.queries = [Query(queries[i], qvecs[j], judged[i], qid=str(i + 1)) for j, i in enumerate(keep)]
     return [store]
 
 
@@ -303,11 +429,15 @@ def dia_ids(raw: Any) -> set[str]:
     return {f"D{n}:{k}" for item in items for n, k in DIA_ID.findall(str(item))}
 
 
-def load_locomo(data: Path, limit: int | None) -> tuple[dict[str, list[Store]], dict[str, int]]:
+def load_locomo(data: Path, limit: int | None, part: str = "all") -> tuple[dict[str, list[Store]], dict[str, int]]:
+    """One store per conversation and variant (its turns; its observations). `part` keeps the held-out
+    conversations (locomo.HELD_OUT), the others (dev) or all (the default: seven stores, in the file's order)."""
     convs = json.loads((data / "locomo" / "locomo_dev.json").read_text())
     stores: dict[str, list[Store]] = {"turns": [], "observations": []}
     skipped = {"turns": 0, "observations": 0}
     for conv in convs:
+        if not in_part(conv["sample_id"] in locomo.HELD_OUT, part):
+            continue
         sessions = sorted(
             (int(m.group(1)), v)
             for k, v in conv["conversation"].items()
@@ -330,59 +460,144 @@ def load_locomo(data: Path, limit: int | None) -> tuple[dict[str, list[Store]], 
         for variant, memories in (("turns", turns), ("observations", observations)):
             texts = [text for _, text in memories]
             store = Store(texts, _encode(texts))
-            for q, vec in zip(qa, qvecs):
+            for j, (q, vec) in enumerate(zip(qa, qvecs)):
                 evidence = dia_ids(q["evidence"])
                 relevant = {i: 3 for i, (ids, _) in enumerate(memories) if ids & evidence}  # constant gain = binary
                 if relevant:
-                    store.queries.append(Query(q["question"], vec, relevant, int(q["category"])))
+                    store.queries.append(
+                        Query(q["question"], vec, relevant, int(q["category"]), qid=f"{conv['sample_id']}/{j}")
+                    )
                 else:
                     skipped[variant] += 1
             stores[variant].append(store)
     return stores, skipped
 
 
+def load_dl19(data: Path, limit: int | None) -> list[Store]:
+    """TREC DL 2019 passages, reranking: each query's store is BM25's top 100 for it (with their text, as the
+    run file gives them); grades 0-3 from the qrels, a passage without a judgment counts 0 (as TREC scores it).
+    nDCG@10's ideal ranking is over every judged passage of the query (trec_eval's), R@5 over the store's passages
+    graded >= DL19_RECALL_GRADE. All 43 judged queries: the set is too small to split."""
+    base = data / "trec_dl"
+    qrels: dict[str, dict[str, int]] = {}
+    for line in (base / "qrels.dl19-passage.txt").read_text().splitlines():
+        if line.strip():
+            qid, _, docid, grade = line.split()
+            qrels.setdefault(qid, {})[docid] = int(grade)
+    run = json.loads((base / "retrieve_results_BM25_dl19.json").read_text())
+    entries = [e for e in run if e["hits"] and str(e["hits"][0]["qid"]) in qrels][:limit]
+    texts_all = [h["content"] for e in entries for h in e["hits"]]
+    print(f"dl19: embedding {len(texts_all)} passages of {len(entries)} queries", file=sys.stderr)
+    vecs_all = _encode(texts_all)
+    qvecs = _encode([e["query"] for e in entries])
+    stores, at = [], 0
+    for e, qvec in zip(entries, qvecs):
+        hits = sorted(e["hits"], key=lambda h: h["rank"])
+        qid = str(hits[0]["qid"])
+        judged = qrels[qid]
+        grades = [judged.get(str(h["docid"]), 0) for h in hits]
+        store = Store([h["content"] for h in hits], vecs_all[at : at + len(hits)])
+        at += len(hits)
+        store.queries = [
+            Query(
+                e["query"],
+                qvec,
+                {i: g for i, g in enumerate(grades) if g >= 1},
+                qid=qid,
+                ideal=[g for g in judged.values() if g >= 1],
+                recall_relevant=frozenset(i for i, g in enumerate(grades) if g >= DL19_RECALL_GRADE),
+            )
+        ]
+        stores.append(store)
+    return stores
+
+
 # ---------------------------------------------------------------- reporting
 
 
-def table(header: list[str], rows: list[list[Any]]) -> str:
+def table(header: list[str], rows: list[list[Any]], left: int = 1) -> str:
+    """A markdown table: floats to 3 decimals, the first `left` columns left-aligned, the others right-aligned."""
     cells = [[f"{c:.3f}" if isinstance(c, float) else str(c) for c in row] for row in rows]
-    rule = "|---|" + "---:|" * (len(header) - 1)
+    rule = "|" + "---|" * left + "---:|" * (len(header) - left)
     return "\n".join(["| " + " | ".join(header) + " |", rule, *("| " + " | ".join(r) + " |" for r in cells)])
 
 
 def overall_table(res: dict[str, dict], metrics: dict, first: str = "system") -> str:
-    """One row per system, overall figures (Cranfield, and the diagnostic section)."""
+    """One row per system, overall figures (Cranfield, DL19, and the diagnostic section)."""
     return table(
         [first, "queries", *metrics], [[s, r["all"]["n"], *(r["all"][m] for m in metrics)] for s, r in res.items()]
     )
 
 
+def _group_label(group: Any) -> str:
+    if group == "all":
+        return "**overall (excl. 5)**"
+    return f"{group} {LOCOMO_CATEGORIES[group]}" + (" (excluded)" if group == EXCLUDED_CATEGORY else "")
+
+
+def _groups(res: dict[str, dict]) -> list[Any]:
+    first = res[next(iter(res))]
+    return [g for g in [*sorted(LOCOMO_CATEGORIES), "all"] if g in first]
+
+
 def category_table(res: dict[str, dict], metrics: dict) -> str:
     """One row per LoCoMo category (then overall), systems side by side."""
     systems = list(res)
-    rows = []
-    for group in [*sorted(LOCOMO_CATEGORIES), "all"]:
-        if (first := res[systems[0]].get(group)) is None:
-            continue
-        label = (
-            "**overall (excl. 5)**"
-            if group == "all"
-            else f"{group} {LOCOMO_CATEGORIES[group]}" + (" (excluded)" if group == EXCLUDED_CATEGORY else "")
-        )
-        rows.append([label, first["n"], *(res[s][group][m] for s in systems for m in metrics)])
+    rows = [
+        [_group_label(g), res[systems[0]][g]["n"], *(res[s][g][m] for s in systems for m in metrics)]
+        for g in _groups(res)
+    ]
     return table(["category", "n", *(f"{s} {m}" for s in systems for m in metrics)], rows)
+
+
+def _delta(iv: dict[str, float | None]) -> str:
+    if iv["diff"] is None:
+        return "–"
+    if iv["low"] is None:
+        return f"{iv['diff']:+.3f}"
+    return f"{iv['diff']:+.3f} [{iv['low']:+.3f}, {iv['high']:+.3f}]"
+
+
+def interval_table(res: dict[str, dict], reference: str, groups: list[Any], label_groups: bool) -> str:
+    """Per group and system: R@5 and nDCG@10, each with the paired 95% interval of its difference to `reference`."""
+    header = ["system", "n", "R@5", f"R@5 − {reference} [95%]", "nDCG@10", f"nDCG@10 − {reference} [95%]"]
+    if label_groups:
+        header = ["category", *header]
+    rows = []
+    for g in groups:
+        for name, by_group in res.items():
+            summary = by_group[g]
+            cells: list[Any] = [f"**{name}**" if name == reference else name, summary["n"]]
+            for m in COMPARED:
+                cells += [summary[m], "(reference)" if name == reference else _delta(summary["vs_reference"][m])]
+            rows.append(([_group_label(g)] if label_groups else []) + cells)
+    return table(header, rows, left=2 if label_groups else 1)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="shared data dir (default: ../shared/data)")
-    parser.add_argument("--datasets", default="cranfield,locomo", help="comma-separated: cranfield,locomo")
+    parser.add_argument(
+        "--datasets", default="cranfield,locomo,dl19", help="comma-separated: cranfield,locomo,dl19 (default: all)"
+    )
+    parser.add_argument(
+        "--part",
+        choices=PARTS,
+        default="held-out",
+        help="the part reported: LoCoMo's held-out conversations and Cranfield's held-out queries (default), the "
+        "dev part, or all; DL19 always reports its 43 queries",
+    )
+    parser.add_argument(
+        "--reference",
+        default="composite",
+        help="the system the paired intervals are taken against (default: composite, the old default as shipped)",
+    )
     parser.add_argument(
         "--limit-queries",
         type=int,
         default=None,
         metavar="N",
-        help="at most N queries per store (quick run; LoCoMo has 7 stores per variant)",
+        help="at most N queries per store (quick run; LoCoMo has 7 stores per variant, DL19 one per query)",
     )
     parser.add_argument("--out", type=Path, default=ROOT / "bench", help="where ranking.md / ranking.json go")
     parser.add_argument("--diagnose", action="store_true", help="also print composite variants (stdout only)")
@@ -393,65 +608,115 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
-    if unknown := set(datasets) - {"cranfield", "locomo"}:
+    if unknown := set(datasets) - set(DATASETS):
         parser.error(f"unknown datasets: {', '.join(sorted(unknown))}")
-    if missing := [d for d in datasets if not (args.data / d).is_dir()]:
+    if missing := [d for d in datasets if not (args.data / DATASETS[d]).is_dir()]:
         sys.exit(
-            f"error: benchmark data not found: {', '.join(str(args.data / d) for d in missing)} "
+            f"error: benchmark data not found: {', '.join(str(args.data / DATASETS[d]) for d in missing)} "
             "(the shared data folder sits next to the project; pass --data DIR)"
         )
     for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         os.environ.setdefault(var, "1")
     from cairn_cli.config import Settings
+    from cairn_cli.ml.device import simd_summary
 
     start, diag_seconds = time.perf_counter(), 0.0
     systems = dict(SYSTEMS)
     model, why = load_reranker(args.reranker)
     if model is not None:
         systems["composite+reranker"] = reranker_system(model)
+    if args.reference not in systems:
+        parser.error(f"--reference must be one of: {', '.join(systems)}")
     reranker_line = (
         f"composite+reranker: {model.name} ({model.dtype}, floor {model.floor}, blend {Settings().RERANK_BLEND})"
         if model
         else f"composite+reranker: no row — {why}"
     )
-    # (results key, section title, stores, metrics, size line)
-    jobs: list[tuple[str, str, list[Store], dict[str, Callable], str]] = []
+    part_name = {"held-out": "held-out part", "dev": "dev part", "all": "whole set"}[args.part]
+    # (results key, section title, stores, metrics, size line, extra systems first)
+    jobs: list[tuple[str, str, list[Store], dict[str, Callable], str, dict[str, System]]] = []
     results: dict[str, Any] = {}
+    split: dict[str, str] = {}
     if "cranfield" in datasets:
-        stores = load_cranfield(args.data, args.limit_queries)
+        stores = load_cranfield(args.data, args.limit_queries, args.part)
+        split["cranfield"] = (
+            f"by query number, seeded (random.Random({SEED})) {1 - CRAN_HELD_OUT_SHARE:.0%} dev / "
+            f"{CRAN_HELD_OUT_SHARE:.0%} held-out of the queries with a judgment"
+        )
         jobs.append(
             (
                 "cranfield",
-                "Cranfield (graded NDCG@10, MAP@100; text = title + abstract)",
+                f"Cranfield, {part_name} (graded NDCG@10, MAP@100; R@5 counts every judged document; "
+                "text = title + abstract)",
                 stores,
                 CRAN_METRICS,
-                f"Cranfield: {len(stores[0].texts)} docs, {len(stores[0].queries)} queries with a relevant judgment",
+                f"Cranfield ({args.part}): {len(stores[0].texts)} docs, {len(stores[0].queries)} queries with a "
+                "relevant judgment",
+                {},
             )
         )
     if "locomo" in datasets:
-        by_variant, skipped = load_locomo(args.data, args.limit_queries)
+        by_variant, skipped = load_locomo(args.data, args.limit_queries, args.part)
         results["locomo_skipped_no_relevant"] = skipped
+        split["locomo"] = (
+            f"by conversation: held out {', '.join(locomo.HELD_OUT)} (scripts/locomo.py HELD_OUT: the last three of "
+            "the seven, as bench_relevance.py / bench_dedup.py split and #26's held-out targets were measured), "
+            "dev the other four"
+        )
         for variant, stores in by_variant.items():
             jobs.append(
                 (
                     f"locomo_{variant}",
-                    f"LoCoMo dev: {variant} (binary NDCG@10; overall excludes category 5)",
+                    f"LoCoMo {variant}, {part_name} (binary NDCG@10; overall excludes category 5)",
                     stores,
                     LOCOMO_METRICS,
-                    f"LoCoMo dev {variant}: {len(stores)} stores, {sum(len(s.texts) for s in stores)} memories, "
-                    f"{sum(len(s.queries) for s in stores)} questions "
+                    f"LoCoMo {variant} ({args.part}): {len(stores)} stores, {sum(len(s.texts) for s in stores)} "
+                    f"memories, {sum(len(s.queries) for s in stores)} questions "
                     f"({skipped[variant]} skipped: no resolvable relevant memory)",
+                    {},
                 )
             )
-    sections, diagnostics = [], []
-    for key, title, stores, metric_set, _ in jobs:
-        results[key] = evaluate(stores, systems, metric_set)
-        render = overall_table if key == "cranfield" else category_table
-        sections.append(f"## {title}\n\n{render(results[key], metric_set)}")
+    if "dl19" in datasets:
+        stores = load_dl19(args.data, args.limit_queries)
+        split["dl19"] = "not split: all its 43 queries are reported whatever --part says (too few to hold some out)"
+        n_recall = sum(bool(q.recall_relevant) for s in stores for q in s.queries)
+        jobs.append(
+            (
+                "dl19",
+                f"TREC DL 2019 passages, all {len(stores)} queries (rerank BM25's top 100: each query's store is its 100 "
+                f"candidates; graded NDCG@10 as trec_eval; R@5 counts grade ≥ {DL19_RECALL_GRADE} as relevant)",
+                stores,
+                DL19_METRICS,
+                f"TREC DL 2019: {len(stores)} queries × their BM25 top 100 ({sum(len(s.texts) for s in stores)} "
+                f"passages), unjudged = 0; R@5 over the {n_recall} queries with a grade ≥ {DL19_RECALL_GRADE} "
+                "passage among their candidates; `bm25 run order` = the run file's own order (BM25 over the whole "
+                "collection), for reference — `bm25` is bm25s over each query's 100 candidates, as a store of them sees "
+                "it",
+                {"bm25 run order": run_order},
+            )
+        )
+    summary_sections, sections, diagnostics = [], [], []
+    for key, title, stores, metric_set, _, extra in jobs:
+        per_query: dict[str, dict] = {}
+        results[key] = evaluate(stores, {**extra, **systems}, metric_set, per_query)
+        compare(results[key], per_query, list(metric_set), args.reference)
+        is_locomo = key.startswith("locomo")
+        summary_sections.append(
+            f"### {title.split(' (')[0]}\n\n" + interval_table(results[key], args.reference, ["all"], False)
+        )
+        if is_locomo:
+            sections.append(
+                f"## {title}\n\n{category_table(results[key], metric_set)}\n\n"
+                f"Per category, paired 95% intervals against {args.reference}:\n\n"
+                + interval_table(results[key], args.reference, _groups(results[key]), True)
+            )
+        else:
+            sections.append(f"## {title}\n\n{overall_table(results[key], metric_set)}")
         if args.diagnose:
             t0 = time.perf_counter()
             diagnostics.append(
-                f"### {key} (overall)\n\n" + overall_table(evaluate(stores, DIAGNOSTICS, metrics), metrics, "variant")
+                f"### {key} (overall)\n\n"
+                + overall_table(evaluate(stores, DIAGNOSTICS, metric_set), metric_set, "variant")
             )
             diag_seconds += time.perf_counter() - t0
     elapsed = time.perf_counter() - start - diag_seconds
@@ -460,7 +725,12 @@ def main(argv: list[str] | None = None) -> int:
         "date": dt.datetime.now().isoformat(timespec="seconds"),
         "machine": f"{os.cpu_count()} cores CPU "
         f"({platform.machine()}, {platform.python_implementation()} {platform.python_version()}), no GPU",
+        "cpu_flags": simd_summary(),
         "command": command,
+        "part": args.part,
+        "split": split,
+        "reference": args.reference,
+        "bootstrap": {"resamples": BOOTSTRAP, "seed": SEED, "interval": "2.5-97.5 percentiles, paired by question"},
         "weights": Settings().weights(),
         "sizes": [job[4] for job in jobs],
         "seconds": round(elapsed, 1),
@@ -469,20 +739,30 @@ def main(argv: list[str] | None = None) -> int:
     }
     header = "\n".join(
         [
-            "# Ranking benchmark: BM25 vs dense vs composite",
+            "# Ranking benchmark: BM25 vs dense vs RRF vs blend vs composite",
             "",
             f"- date: {meta['date']}",
-            f"- machine: {meta['machine']}",
+            f"- machine: {meta['machine']}; CPU flags: {meta['cpu_flags']}",
             f"- command: `{command}`",
-            f"- composite weights: {meta['weights']}",
+            f"- part reported: **{args.part}**",
+            *(f"- split, {name}: {how}" for name, how in split.items()),
+            f"- composite (the old default, as shipped) weights: {meta['weights']}",
             "- dense: all-MiniLM-L6-v2 cosine; bm25: bm25s (Lucene BM25, k1=1.5, b=0.75, PyStemmer English, "
-            "bm25s's 33-word English stop list)",
+            "bm25s's 33-word English stop list), over each store",
+            "- rrf: reciprocal rank fusion, k = 60, of the bm25s list (memories with a matching term) and the dense "
+            "list (all); blend: per query, bm25s scores and cosines each min-max normalised over the store, 0.5 / 0.5",
+            f"- intervals: paired bootstrap over questions ({BOOTSTRAP} resamples, seed {SEED}) of the per-question "
+            f"difference to **{args.reference}**, 2.5–97.5 percentiles",
             f"- {reranker_line}",
             *(f"- {line}" for line in meta["sizes"]),
             f"- run time: {elapsed:.0f} s (model load, embedding, all systems; diagnostics excluded)",
         ]
     )
-    report = header + "\n\n" + "\n\n".join(sections) + "\n"
+    summary = (
+        f"## Summary: R@5 and nDCG@10 on the {part_name}, paired 95% intervals against {args.reference}\n\n"
+        "LoCoMo overall excludes category 5 (adversarial).\n\n" + "\n\n".join(summary_sections)
+    )
+    report = header + "\n\n" + summary + "\n\n" + "\n\n".join(sections) + "\n"
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "ranking.md").write_text(report)
     (args.out / "ranking.json").write_text(json.dumps({"meta": meta, **results}, indent=2) + "\n")
