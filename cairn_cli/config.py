@@ -62,9 +62,10 @@ _SETTINGS = [
     ),
     Setting(
         "RANK_PROFILE",
-        "default",
+        "auto",
         str,
-        "default (the seed's weights) or dialog (opt-in, for stores of conversation turns: keywords 0.30, neighbours).",
+        "auto (each scope ranked by its kind of store: dialog for conversation turns, default for notes), or force "
+        "default (the seed's weights) or dialog (a turn read with its neighbours) everywhere.",
     ),
     Setting(
         "COMPOSITE_FLOOR",

@@ -149,6 +149,32 @@ def composite_system(store: Store, query: Query) -> np.ndarray:
     return np.array([sc.candidate.id for sc in _composite_scored(store, query)[1]])
 
 
+def cairn_system(store: Store, query: Query, profile_name: str = "auto") -> np.ndarray:
+    """The shipped default: the profile of the store's kind (core/ranking/kinds.py, profiles.py), scored as
+    core/ranking/pipeline.py scores (full ranking); `profile_name` forces one instead."""
+    from cairn_cli.core.ranking.profiles import profile
+
+    s, table = store.cached("cairn", _cairn_table)
+    p = profile(s, profile_name, kind=table.kind(None))
+    scored = table.score(
+        query.text,
+        cosine(store, query),
+        scope=None,
+        weights=p.weights,
+        half_life_days=s.RECENCY_HALF_LIFE_DAYS,
+        now=NOW,
+        neighbour_weight=p.neighbour_weight,
+        context_keywords=p.context_keywords,
+    )
+    return np.array([sc.candidate.id for sc in scored])
+
+
+def store_kind(store: Store) -> str:
+    from cairn_cli.core.ranking.kinds import store_kind as kind
+
+    return kind(store.texts)
+
+
 def reranker_system(model) -> System:
     """The product's rerank stage over the composite's top RERANK_CANDIDATES: floor, blend, then the rest of the
     composite order; memories under the floor are not delivered (they go last)."""
@@ -249,6 +275,7 @@ SYSTEMS: dict[str, System] = {
     "rrf": rrf,
     "blend": blend,
     "composite": composite_system,
+    "cairn": cairn_system,
 }
 
 

@@ -39,6 +39,13 @@ def calibrate_floor(
             "default) or semantic-backfill (rows `cairn backfill-semantic` examined; its own threshold)."
         ),
     ] = None,
+    profile: Annotated[
+        str | None,
+        typer.Option(
+            help="--model composite: the ranking profile (kind of store) whose floor to set, default or dialog "
+            "(default: the one in force; under auto, the one the graded deliveries were ranked with)."
+        ),
+    ] = None,
     instance: Annotated[
         str | None,
         typer.Option(help="Only this instance's graded deliveries (default: every instance sharing the store)."),
@@ -74,6 +81,7 @@ def calibrate_floor(
         min_grade3=min_grade3,
         method=method,
         instance=instance,
+        profile=profile,
     )
     if json:
         output.json_out({**report.as_dict(), "applied": changed, "plot": str(plot) if plot else None})

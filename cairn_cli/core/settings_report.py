@@ -41,7 +41,9 @@ def _machine_values(settings: Settings) -> dict[str, tuple[object, str]]:
     if student.is_dir():  # a floor calibrated for the deployed student version (its resolved directory)
         keys["CROSS_ENCODER_STUDENT_FLOOR"] = reranking.FLOOR_KEY.format(f"{STUDENT}:{student.resolve()}")
     if str(settings.COMPOSITE_FLOOR).strip().lower() == "auto":  # the floor of this profile and embedding model
-        keys["COMPOSITE_FLOOR"] = profiles.FLOOR_KEY.format(settings.RANK_PROFILE, settings.EMBED_MODEL)
+        # (under auto, each kind of store has its own: the one shown is the default profile's, notes)
+        shown = "default" if settings.RANK_PROFILE == profiles.AUTO else settings.RANK_PROFILE
+        keys["COMPOSITE_FLOOR"] = profiles.FLOOR_KEY.format(shown, settings.EMBED_MODEL)
     out: dict[str, tuple[object, str]] = {}
     for name, key in keys.items():
         value = state.get(key, settings)

@@ -137,6 +137,22 @@ def _composite_scores(profile: str, embed_model: str, instance: str | None = Non
     return out
 
 
+def _composite_profile(settings: Settings, embed_model: str, instance: str | None) -> str:
+    """The profile whose floor `--model composite` calibrates without --profile: the one in force, or under auto
+    (each scope its kind's) the one profile the graded deliveries were ranked with."""
+    from cairn_cli.core.ranking.profiles import AUTO, PROFILES
+
+    if settings.RANK_PROFILE != AUTO:
+        return settings.RANK_PROFILE
+    graded = [p for p in PROFILES if any(_composite_scores(p, embed_model, instance).values())]
+    if len(graded) > 1:
+        raise InvalidInput(
+            f"graded deliveries were ranked with the profiles {', '.join(graded)} (one floor each)",
+            f"pass --profile {graded[0]} or --profile {graded[1]}",
+        )
+    return graded[0] if graded else "default"
+
+
 def _engagement_scores(method: str, instance: str | None = None) -> dict[int, list[float]]:
     """The graded deliveries' cosines of one basis: the live second chance's (`semantic`) or the backfill's
     (`semantic-backfill`, every row a backfill run examined): never both in one calibration."""
@@ -181,9 +197,11 @@ def calibrate(
     min_grade3: int = 20,
     method: str | None = None,
     instance: str | None = None,
+    profile: str | None = None,
 ) -> CalibrationReport:
     """Propose a threshold for `target` from the graded deliveries (reranker: of `model`, default the live one;
-    engagement: of the `method` basis, semantic or semantic-backfill)."""
+    engagement: of the `method` basis, semantic or semantic-backfill; the composite: of `profile`, the kind of
+    store's, default the one in force or, under auto, the one the graded deliveries were ranked with)."""
     from cairn_cli.core.ranking.reranking import FLOOR_KEY
     from cairn_cli.ml.reranker import NONE
 
@@ -218,7 +236,9 @@ def calibrate(
         from cairn_cli.core.ranking.profiles import composite_floor
         from cairn_cli.core.ranking.profiles import profile as get_profile
 
-        profile, embed_model = get_profile(settings).name, settings.EMBED_MODEL
+        embed_model = settings.EMBED_MODEL
+        profile = profile or _composite_profile(settings, embed_model, instance)
+        get_profile(settings, profile)  # an unknown name fails here, with the fix
         key = COMPOSITE_KEY.format(profile, embed_model)
         current, source = composite_floor(settings, profile, embed_model)
         scores = _composite_scores(profile, embed_model, instance)
@@ -230,6 +250,8 @@ def calibrate(
         notes.append(
             f"the composite floor in force is {current:g} ({source}); it reads the relevance part of the score"
         )
+    elif profile is not None:
+        raise InvalidInput("--profile is a kind of store's composite floor", "pass --model composite --profile ...")
     elif target == RERANKER:
         if model is None:
             from cairn_cli.core.ranking.reranking import resolve

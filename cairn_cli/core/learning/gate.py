@@ -96,8 +96,6 @@ def pipeline_rankings(cases: list[RankingCase], rerankers: dict, settings: Setti
     from cairn_cli.core.ranking.scoring import Candidate, ScoringTable
 
     engine = RankEngine.in_process(settings, with_reranker=False)
-    profile = get_profile(settings)  # the profile and composite floor `cairn rank` ranks the store with
-    floor, _ = composite_floor(settings, profile.name, engine.embed_model)
     out: dict[str, list[list[int]]] = {name: [] for name in rerankers}
     store_cases = [c for c in cases if c.rows is None]
     entry = engine.table(settings) if store_cases else None
@@ -114,6 +112,9 @@ def pipeline_rankings(cases: list[RankingCase], rerankers: dict, settings: Setti
             for i, (text, vec) in enumerate(zip(case.rows, encoded[1:])):
                 table.upsert(Candidate(i, text, [], GLOBAL_SCOPE, "fact", 0.75, now), vec)
             sims = table.similarities(np.asarray(encoded[0]))
+        # the profile and composite floor `cairn rank` ranks the scope with (auto: its kind of store's)
+        profile = get_profile(settings, kind=table.kind(scope))
+        floor, _ = composite_floor(settings, profile.name, engine.embed_model)
         for name, reranker in rerankers.items():
             chosen = select(
                 table,

@@ -122,6 +122,11 @@ class IndexedTable:
     def similarities(self, query_vec) -> None:
         return None
 
+    def kind(self, scope: str | None) -> None:
+        """Unknown: the fallback reads only the query's terms' postings, not the scope's memories, so `auto` ranks
+        with the default profile here (lexically, as the daemon's BM25 does)."""
+        return None
+
     def score(
         self,
         query_text: str,
@@ -133,6 +138,7 @@ class IndexedTable:
         now: dt.datetime | None = None,
         top: int | None = None,
         neighbour_weight: float = 0.0,
+        context_keywords: float = 0.0,  # the dialog profile's joined keywords: the daemon's alone (pipeline.py)
     ) -> list[Scored]:
         for name in weights:
             if name not in COMPONENTS:

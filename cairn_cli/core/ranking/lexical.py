@@ -77,6 +77,8 @@ class ScoreTable(Protocol):
 
     def similarities(self, query_vec): ...
 
+    def kind(self, scope: str | None) -> str | None: ...
+
     def score(
         self,
         query_text: str,
@@ -88,4 +90,5 @@ class ScoreTable(Protocol):
         now: dt.datetime | None = None,
         top: int | None = None,
         neighbour_weight: float = 0.0,
+        context_keywords: float = 0.0,
     ) -> list[Scored]: ...

@@ -93,6 +93,9 @@ def shortlist(
         half_life_days=settings.RECENCY_HALF_LIFE_DAYS,
         top=pool,
         neighbour_weight=profile.neighbour_weight,
+        # the joined keywords are the daemon's (with an embedder): lexically alone, a turn already borrows its
+        # neighbour's keywords through the neighbour share, and the fallback ranks exactly as this table then does
+        context_keywords=profile.context_keywords if similarities is not None else 0.0,
     )
     # the composite floor reads the relevance part of the score (the composite without its scope part, which
     # alone lifts every memory in scope above zero); floor off (0) keeps every positive composite
@@ -105,6 +108,7 @@ def shortlist(
         s.components["reranker"] = reranker.name if reranker else NO_RERANKER
         s.components["ranker"] = ranker
         s.components["profile"] = profile.name
+        s.components["profile_by"] = profile.chosen_by
         s.components["composite_floor"] = floor
         if plan:
             s.components["rerank_plan"] = {key: plan.get(key) for key in PLAN_FIELDS}

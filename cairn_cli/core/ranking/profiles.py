@@ -1,12 +1,16 @@
-"""Ranking profiles: named ways to combine the composite's components, for stores of a different kind.
+"""Ranking profiles: how the composite combines its components for a kind of store, chosen per scope.
 
-`default` is the seed's composite (the weights in the settings: similarity 0.50, keywords 0.15, scope 0.05,
-confidence and recency 0) and stays the default. `dialog` is opt-in (CAIRN_RANK_PROFILE=dialog) for stores whose
-memories are conversation turns (short, conversational; names and dates carry the signal): keywords weigh 0.30,
-and each memory gets half the score of the better of its neighbours (the memories written just before and after
-it in the same session), because a turn is understood with the turns around it. Fitted on 4 LoCoMo dev
-conversations and reported on the other 3 (scripts/bench_relevance.py, bench/relevance.md). Every delivery
-records its profile.
+The shipped default, `auto`, reads the kind of store the scope is (core/ranking/kinds.py) and ranks it with that
+kind's profile; CAIRN_RANK_PROFILE=default or =dialog forces one everywhere (an override). Every delivery records
+the profile it was ranked with and what chose it.
+
+- `default` (notes, facts, passages): the seed's composite, the weights in the settings (similarity 0.50,
+  keywords 0.15, scope 0.05, confidence and recency 0).
+- `dialog` (conversation turns): the same weights, plus a turn is read with the turns around it: the keywords of a
+  memory joined with its previous neighbour's (the turn it answers) weigh CONTEXT_KEYWORDS, and each memory gets
+  NEIGHBOUR_WEIGHT of the better of its two neighbours' scores (the memories written just before and after it in
+  the same session, else scope). Fitted on the four LoCoMo dev conversations (scripts/bench_ranking.py: the grid
+  is in bench/ranking.md), reported on the other three and on stores never fitted on (bench/relevance.md).
 """
 
 from __future__ import annotations
@@ -14,25 +18,39 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cairn_cli.config import Settings
+from cairn_cli.core.ranking.kinds import DIALOG
 from cairn_cli.errors import ConfigError
+
+AUTO = "auto"
+PROFILES = ("default", "dialog")
+CONTEXT_KEYWORDS = 0.30
+NEIGHBOUR_WEIGHT = 0.5
 
 
 @dataclass(frozen=True)
 class Profile:
-    name: str
+    name: str  # default | dialog: the floor's key and what the delivery log records
     weights: dict[str, float]
     neighbour_weight: float = 0.0
+    context_keywords: float = 0.0
+    chosen_by: str = "CAIRN_RANK_PROFILE"  # or "auto": the scope's kind of store
 
 
-def profile(settings: Settings, name: str | None = None) -> Profile:
-    """The ranking profile in force (CAIRN_RANK_PROFILE), with the weights it gives the components."""
+def profile(settings: Settings, name: str | None = None, *, kind: str | None = None) -> Profile:
+    """The ranking profile in force: CAIRN_RANK_PROFILE (or `name`), where `auto` takes the one of the scope's
+    kind of store (`kind`, core/ranking/kinds.py; None, unknown: default)."""
     name = name or settings.RANK_PROFILE
+    chosen_by = "CAIRN_RANK_PROFILE"
+    if name == AUTO:
+        name, chosen_by = ("dialog" if kind == DIALOG else "default"), AUTO
     weights = settings.weights()
     if name == "default":
-        return Profile("default", weights)
+        return Profile("default", weights, chosen_by=chosen_by)
     if name == "dialog":
-        return Profile("dialog", {**weights, "keywords": 0.30}, neighbour_weight=0.5)
-    raise ConfigError(f"unknown ranking profile {name!r}", "set CAIRN_RANK_PROFILE to default or dialog")
+        return Profile(
+            "dialog", weights, neighbour_weight=NEIGHBOUR_WEIGHT, context_keywords=CONTEXT_KEYWORDS, chosen_by=chosen_by
+        )
+    raise ConfigError(f"unknown ranking profile {name!r}", "set CAIRN_RANK_PROFILE to auto, default or dialog")
 
 
 # Shipped composite floors, per (profile, embedding model; "lexical": the fallback, no similarity), read off the

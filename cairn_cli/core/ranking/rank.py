@@ -71,9 +71,9 @@ def rank(query: RankQuery, settings: Settings, engine: RankEngine, clock: Clock 
     if engine.encoder is not None and len(entry.table):
         query_vec = engine.embed([context.text])[0]
         clock.lap("embed")
-    profile = get_profile(settings)
-    floor, _ = composite_floor(settings, profile.name, engine.embed_model)
     with engine.reading(entry):  # the table as it is: no refresh applies rows while the composite reads it
+        profile = get_profile(settings, kind=entry.table.kind(scope))  # auto: the scope's kind of store
+        floor, _ = composite_floor(settings, profile.name, engine.embed_model)
         short = shortlist(
             entry.table,
             context.text,

@@ -119,6 +119,31 @@ class LexicalIndex:
         df = len(self._docs.get(term, ()))
         return math.log(1.0 + (self.n - df + 0.5) / (df + 0.5))
 
+    def scores_with_previous(self, query_terms: list[str], prev: np.ndarray, alive: np.ndarray) -> np.ndarray:
+        """BM25 per slot of the slot's field joined with its previous slot's (`prev`: that slot, -1 for none): a
+        reply scored with the turn it answers. Term and length counts add up (the average length is the live
+        slots' joined one); IDF is the index's."""
+        n = self.slots
+        out = np.zeros(n, dtype=np.float32)
+        if not self.n:
+            return out
+        if self._lengths_arr is None:
+            self._lengths_arr = np.asarray(self._lengths, dtype=np.float32)
+        has_prev = prev >= 0
+        before = np.where(has_prev, prev, 0)
+        lengths = self._lengths_arr + np.where(has_prev, self._lengths_arr[before], np.float32(0))
+        avg = float(lengths[alive].mean()) if alive.any() else 1.0
+        norm = BM25_K1 * (1 - BM25_B + BM25_B * lengths / avg)
+        for term in set(query_terms):
+            post = self._postings(term)
+            if post is None:
+                continue
+            tf = np.zeros(n, dtype=np.float32)
+            tf[post[0]] = post[1]
+            joined = tf + np.where(has_prev, tf[before], np.float32(0))
+            out += self.idf(term) * joined * (BM25_K1 + 1) / (joined + norm)
+        return out
+
     def scores(self, query_terms: list[str]) -> np.ndarray:
         """BM25 per slot (removed slots score 0)."""
         out = np.zeros(self.slots, dtype=np.float32)
@@ -161,6 +186,7 @@ class ScoringTable:
         self._groups: list[int] = []  # neighbour groups: the writing session, else the scope
         self._group_code: dict[str, int] = {}
         self._masks: dict[str | None, np.ndarray] = {}
+        self._kinds: dict[str | None, str] = {}
         self._conf: list[float] = []
         self._updated: list[float] = []
         self._has_emb: list[bool] = []
@@ -207,6 +233,7 @@ class ScoringTable:
     def arrays(self) -> dict:
         if self._arrays is None:
             self._masks = {}
+            self._kinds = {}
             a: dict[str, np.ndarray] = {
                 "ids": np.asarray(self._ids, dtype=np.int64),
                 "scopes": np.asarray(self._scopes, dtype=np.int32),
@@ -265,6 +292,19 @@ class ScoringTable:
             self._masks[scope] = mask
         return mask
 
+    def kind(self, scope: str | None) -> str:
+        """The kind of store the memories in `scope` make (core/ranking/kinds.py), once per table version."""
+        from cairn_cli.core.ranking.kinds import SAMPLE, store_kind
+
+        found = self._kinds.get(scope)
+        if found is None:
+            slots = np.flatnonzero(self.in_scope(scope))
+            if len(slots) > SAMPLE:
+                slots = slots[np.linspace(0, len(slots) - 1, SAMPLE).astype(np.int64)]
+            texts = [c.content for i in slots.tolist() if (c := self.candidates[i]) is not None]
+            found = self._kinds[scope] = store_kind(texts)
+        return found
+
     def similarities(self, query_vec: np.ndarray) -> np.ndarray:
         matrix = self.arrays().get("matrix")
         return np.zeros(self.index.slots) if matrix is None else matrix @ query_vec
@@ -280,9 +320,14 @@ class ScoringTable:
         now: dt.datetime | None = None,
         top: int | None = None,
         neighbour_weight: float = 0.0,
+        context_keywords: float = 0.0,
     ) -> list[Scored]:
         """The best `top` in-scope memories (all when None), best first, ties broken by newer id, with every
         component. `similarities` is aligned with the slots (None when no embedding model is in play: 0).
+
+        `context_keywords` (a ranking profile's, 0 by default): that weight of the BM25 of each memory's field
+        joined with its previous neighbour's (a reply with the turn it answers), max-normalised over the scope like
+        `keywords`; logged as `keywords_context`.
 
         `neighbour_weight` (a ranking profile's, 0 by default): each memory also gets that share of the better of
         its two neighbours' scores, the memories written just before and after it in the same session (or scope):
@@ -330,6 +375,12 @@ class ScoringTable:
                 total += part
                 if name == "scope":
                     scope_part = part
+        joined = None
+        if context_keywords:
+            joined = np.where(
+                mask, self.index.scores_with_previous(terms(query_text), a["prev"], a["alive"]), np.float32(0)
+            )
+            total += context_keywords * joined / (float(joined.max()) or 1.0)
         neighbour = np.zeros(n, dtype=np.float64)
         if neighbour_weight:
             base = np.where(mask, total, 0.0)
@@ -354,6 +405,8 @@ class ScoringTable:
         for row, i in enumerate(order.tolist()):
             c = {name: round(float(picked[name][row]), 6) for name in weights}
             c["keywords_bm25"] = round(float(bm25[i]), 6)
+            if joined is not None:
+                c["keywords_context"] = round(float(joined[i] / (float(joined.max()) or 1.0)), 6)
             if neighbour_weight:
                 c["neighbour"] = round(float(neighbour[i]), 6)
             c["composite"] = round(float(total[i]), 6)
