@@ -64,8 +64,9 @@ _SETTINGS = [
         "RANK_PROFILE",
         "auto",
         str,
-        "auto (each scope ranked by its kind of store: dialog for conversation turns, default for notes), or force "
-        "default (the seed's weights) or dialog (a turn read with its neighbours) everywhere.",
+        "auto (each scope ranked by its kind of store: dialog for conversation turns, sequence for notes whose "
+        "neighbours are alike, default for other notes), or force default (the seed's weights), sequence or dialog "
+        "everywhere.",
     ),
     Setting(
         "COMPOSITE_FLOOR",

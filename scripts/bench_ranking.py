@@ -128,7 +128,7 @@ def _cairn_table(store: Store) -> tuple[Any, Any]:
         Candidate(id=i, content=text, keywords=[], scope="bench", kind="fact", confidence=0.75, updated_at=NOW)
         for i, text in enumerate(store.texts)
     ]
-    return settings, ScoringTable(cands, settings.KEYWORD_FIELD_WEIGHT)
+    return settings, ScoringTable(cands, settings.KEYWORD_FIELD_WEIGHT, vectors=store.vecs)
 
 
 def _composite_scored(store: Store, query: Query):
@@ -149,13 +149,19 @@ def composite_system(store: Store, query: Query) -> np.ndarray:
     return np.array([sc.candidate.id for sc in _composite_scored(store, query)[1]])
 
 
-def cairn_system(store: Store, query: Query, profile_name: str = "auto") -> np.ndarray:
+def cairn_system(
+    store: Store, query: Query, profile_name: str = "auto", changes: dict[str, Any] | None = None
+) -> np.ndarray:
     """The shipped default: the profile of the store's kind (core/ranking/kinds.py, profiles.py), scored as
-    core/ranking/pipeline.py scores (full ranking); `profile_name` forces one instead."""
+    core/ranking/pipeline.py scores (full ranking); `profile_name` forces one instead, `changes` alters it."""
+    from dataclasses import replace
+
     from cairn_cli.core.ranking.profiles import profile
 
     s, table = store.cached("cairn", _cairn_table)
     p = profile(s, profile_name, kind=table.kind(None))
+    if changes and p.name != "default":
+        p = replace(p, **changes)
     scored = table.score(
         query.text,
         cosine(store, query),
@@ -170,9 +176,8 @@ def cairn_system(store: Store, query: Query, profile_name: str = "auto") -> np.n
 
 
 def store_kind(store: Store) -> str:
-    from cairn_cli.core.ranking.kinds import store_kind as kind
-
-    return kind(store.texts)
+    _, table = store.cached("cairn", _cairn_table)
+    return table.kind(None)
 
 
 def reranker_system(model) -> System:
@@ -269,13 +274,33 @@ def run_order(store: Store, query: Query) -> np.ndarray:
     return np.arange(len(store.texts))
 
 
+def ablated(**changes: Any) -> System:
+    """The shipped default with one of its parts taken out (`changes` replace fields of the profile it picks)."""
+
+    def system(store: Store, query: Query) -> np.ndarray:
+        return cairn_system(store, query, changes=changes)
+
+    return system
+
+
 SYSTEMS: dict[str, System] = {
     "bm25": lambda store, q: _rank(bm25s_scores(store, q)),
     "dense": lambda store, q: _rank(cosine(store, q)),
     "rrf": rrf,
     "blend": blend,
-    "composite": composite_system,
-    "cairn": cairn_system,
+    "old default": composite_system,
+    "default": cairn_system,
+}
+# What moved each number: the default less one part at a time (the dialog and sequence kinds have parts to take
+# out; on a store of plain notes every row is the default)
+ABLATIONS: dict[str, System] = {
+    "default": cairn_system,
+    "- joined keywords (a turn with the turn it answers)": ablated(context_keywords=0.0),
+    "- neighbour share": ablated(neighbour_weight=0.0),
+    "- both (= the seed's weights)": ablated(context_keywords=0.0, neighbour_weight=0.0),
+    "old dialog profile (keywords 0.30, neighbours 0.5)": ablated(
+        context_keywords=0.0, weights={"similarity": 0.5, "keywords": 0.30, "scope": 0.05}
+    ),
 }
 
 
@@ -393,6 +418,24 @@ def compare(res: dict[str, dict], per_query: dict, metric_names: list[str], refe
                 for j, m in enumerate(metric_names)
                 if m in COMPARED
             }
+
+
+PEERS = ("bm25", "dense", "rrf", "blend")  # what peer memory tools ship (#26's bar: the best of them + 0.02)
+
+
+def versus_best_peer(res: dict[str, dict], per_query: dict, system: str = "default") -> list[str]:
+    """Per compared metric: `system` against the best peer on this set (by its mean), a paired 95% interval."""
+    lines = []
+    metrics = [m for m in next(iter(res.values()))["all"] if m not in ("n", "vs_reference", "vs_best_peer")]
+    for j, metric in enumerate(metrics):
+        if metric not in COMPARED:
+            continue
+        peers = [p for p in PEERS if p in res]
+        best = max(peers, key=lambda p: res[p]["all"][metric])
+        iv = paired_interval(per_query[system]["all"][:, j] - per_query[best]["all"][:, j])
+        res[system]["all"].setdefault("vs_best_peer", {})[metric] = {"peer": best, **iv}
+        lines.append(f"{system} − best peer on {metric} ({best}): {_delta(iv)}")
+    return lines
 
 
 # ---------------------------------------------------------------- datasets
@@ -616,8 +659,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--reference",
-        default="composite",
-        help="the system the paired intervals are taken against (default: composite, the old default as shipped)",
+        default="old default",
+        help="the system the paired intervals are taken against (default: the old default, the composite as shipped "
+        "before #26)",
     )
     parser.add_argument(
         "--limit-queries",
@@ -722,14 +766,24 @@ def main(argv: list[str] | None = None) -> int:
                 {"bm25 run order": run_order},
             )
         )
-    summary_sections, sections, diagnostics = [], [], []
+    summary_sections, sections, diagnostics, ablations, kinds = [], [], [], [], []
     for key, title, stores, metric_set, _, extra in jobs:
         per_query: dict[str, dict] = {}
+        found = [store_kind(st) for st in stores]
+        kinds.append(
+            f"{key}: " + ", ".join(f"{k} ({found.count(k)} of {len(found)} stores)" for k in sorted(set(found)))
+        )
         results[key] = evaluate(stores, {**extra, **systems}, metric_set, per_query)
+        ablation = evaluate(stores, ABLATIONS, metric_set)
+        results[f"{key}_ablation"] = ablation
+        ablations.append(f"### {title.split(' (')[0]}\n\n" + overall_table(ablation, metric_set, "default less"))
         compare(results[key], per_query, list(metric_set), args.reference)
         is_locomo = key.startswith("locomo")
+        peer_lines = versus_best_peer(results[key], per_query) if "default" in results[key] else []
         summary_sections.append(
-            f"### {title.split(' (')[0]}\n\n" + interval_table(results[key], args.reference, ["all"], False)
+            f"### {title.split(' (')[0]}\n\n"
+            + interval_table(results[key], args.reference, ["all"], False)
+            + "".join(f"\n- {line}" for line in peer_lines)
         )
         if is_locomo:
             sections.append(
@@ -759,6 +813,7 @@ def main(argv: list[str] | None = None) -> int:
         "reference": args.reference,
         "bootstrap": {"resamples": BOOTSTRAP, "seed": SEED, "interval": "2.5-97.5 percentiles, paired by question"},
         "weights": Settings().weights(),
+        "kinds": kinds,
         "sizes": [job[4] for job in jobs],
         "seconds": round(elapsed, 1),
         "diagnostic_seconds": round(diag_seconds, 1),
@@ -766,14 +821,18 @@ def main(argv: list[str] | None = None) -> int:
     }
     header = "\n".join(
         [
-            "# Ranking benchmark: BM25 vs dense vs RRF vs blend vs composite",
+            "# Ranking benchmark: BM25 vs dense vs RRF vs blend vs the old default vs the default",
             "",
             f"- date: {meta['date']}",
             f"- machine: {meta['machine']}; CPU flags: {meta['cpu_flags']}",
             f"- command: `{command}`",
             f"- part reported: **{args.part}**",
             *(f"- split, {name}: {how}" for name, how in split.items()),
-            f"- composite (the old default, as shipped) weights: {meta['weights']}",
+            f"- old default: the composite as shipped before #26, weights {meta['weights']} everywhere",
+            "- default: as shipped now (CAIRN_RANK_PROFILE=auto): each store ranked with the profile of its kind "
+            "(core/ranking/kinds.py; dialog: the same weights + the keywords of a turn joined with the one before it "
+            "0.30 + half the better neighbour's score; notes: the old default)",
+            "- kinds detected: " + "; ".join(kinds),
             "- dense: all-MiniLM-L6-v2 cosine; bm25: bm25s (Lucene BM25, k1=1.5, b=0.75, PyStemmer English, "
             "bm25s's 33-word English stop list), over each store",
             "- rrf: reciprocal rank fusion, k = 60, of the bm25s list (memories with a matching term) and the dense "
@@ -789,7 +848,11 @@ def main(argv: list[str] | None = None) -> int:
         f"## Summary: R@5 and nDCG@10 on the {part_name}, paired 95% intervals against {args.reference}\n\n"
         "LoCoMo overall excludes category 5 (adversarial).\n\n" + "\n\n".join(summary_sections)
     )
-    report = header + "\n\n" + summary + "\n\n" + "\n\n".join(sections) + "\n"
+    ablation_text = (
+        "## Ablation: what moved each number (the default less one part; overall, same part)\n\n"
+        + "\n\n".join(ablations)
+    )
+    report = header + "\n\n" + summary + "\n\n" + ablation_text + "\n\n" + "\n\n".join(sections) + "\n"
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "ranking.md").write_text(report)
     (args.out / "ranking.json").write_text(json.dumps({"meta": meta, **results}, indent=2) + "\n")

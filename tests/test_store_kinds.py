@@ -143,3 +143,41 @@ def test_calibrate_floor_sets_each_kinds_floor(cli):
     assert report.key == "composite_floor:default:hashing" and 0.3 <= report.proposal <= 0.31
     with pytest.raises(InvalidInput, match="a kind of store"):
         calibration.calibrate(Settings(), profile="dialog")  # --profile is the composite's
+
+
+@pytest.mark.usefixtures("two_kinds")
+def test_the_dialog_floor_reads_how_much_of_the_prompt_the_store_knows(cli):
+    known = _rank(cli, "what is Ben growing in the garden", "chat")["memories"]
+    assert {m["components"]["coverage"] for m in known} == {1.0}
+    foreign = _rank(cli, "what is Zoltan growing in the garden", "chat")["memories"]  # a name the chat never says
+    share = foreign[0]["components"]["coverage"]
+    assert 0.0 < share < 1.0
+    for m in foreign:
+        c = m["components"]
+        assert c["relevance"] == pytest.approx((c["composite"] - 0.05 * c["scope"] * 1.5) * share, abs=1e-5)
+    notes = _rank(cli, "how do I apply Zoltan migrations", "webshop")["memories"]
+    assert "coverage" not in notes[0]["components"]  # notes: the plain relevance (bench/relevance.md)
+
+
+def _table(vectors):
+    import datetime as dt
+
+    from cairn_cli.core.ranking.scoring import Candidate, ScoringTable
+
+    now = dt.datetime(2026, 1, 1)
+    cands = [Candidate(i, f"note {i} about topic {i // 5}", [], "s", "fact", 0.75, now) for i in range(len(vectors))]
+    return ScoringTable(cands, 3, vectors=vectors)
+
+
+def test_notes_whose_neighbours_are_alike_are_a_sequence():
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    topics = rng.normal(size=(8, 32))
+    # five notes per topic, written one topic after the other: each is most like the notes around it
+    vecs = np.repeat(topics, 5, axis=0) + 0.3 * rng.normal(size=(40, 32))
+    vecs = (vecs / np.linalg.norm(vecs, axis=1, keepdims=True)).astype(np.float32)
+    assert _table(vecs).kind("s") == "sequence"
+    shuffled = vecs[rng.permutation(40)]  # the same notes in an order that means nothing
+    assert _table(shuffled).kind("s") == NOTES
+    assert _table(vecs[: MIN_MEMORIES - 1]).kind("s") == NOTES  # too few to tell

@@ -42,7 +42,7 @@ def calibrate_floor(
     profile: Annotated[
         str | None,
         typer.Option(
-            help="--model composite: the ranking profile (kind of store) whose floor to set, default or dialog "
+            help="--model composite: the ranking profile (kind of store) whose floor to set, default, sequence or dialog "
             "(default: the one in force; under auto, the one the graded deliveries were ranked with)."
         ),
     ] = None,

@@ -148,7 +148,7 @@ def _composite_profile(settings: Settings, embed_model: str, instance: str | Non
     if len(graded) > 1:
         raise InvalidInput(
             f"graded deliveries were ranked with the profiles {', '.join(graded)} (one floor each)",
-            f"pass --profile {graded[0]} or --profile {graded[1]}",
+            "pass --profile " + " or --profile ".join(graded),
         )
     return graded[0] if graded else "default"
 

@@ -139,6 +139,7 @@ class IndexedTable:
         top: int | None = None,
         neighbour_weight: float = 0.0,
         context_keywords: float = 0.0,  # the dialog profile's joined keywords: the daemon's alone (pipeline.py)
+        coverage: bool = False,  # and its floor's coverage factor
     ) -> list[Scored]:
         for name in weights:
             if name not in COMPONENTS:

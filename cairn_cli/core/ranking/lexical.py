@@ -91,4 +91,5 @@ class ScoreTable(Protocol):
         top: int | None = None,
         neighbour_weight: float = 0.0,
         context_keywords: float = 0.0,
+        coverage: bool = False,
     ) -> list[Scored]: ...

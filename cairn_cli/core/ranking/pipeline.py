@@ -96,6 +96,7 @@ def shortlist(
         # the joined keywords are the daemon's (with an embedder): lexically alone, a turn already borrows its
         # neighbour's keywords through the neighbour share, and the fallback ranks exactly as this table then does
         context_keywords=profile.context_keywords if similarities is not None else 0.0,
+        coverage=profile.coverage and similarities is not None,
     )
     # the composite floor reads the relevance part of the score (the composite without its scope part, which
     # alone lifts every memory in scope above zero); floor off (0) keeps every positive composite

@@ -144,6 +144,17 @@ class LexicalIndex:
             out += self.idf(term) * joined * (BM25_K1 + 1) / (joined + norm)
         return out
 
+    def coverage(self, query_terms: list[str]) -> float:
+        """How much of the query the store knows: the IDF-weighted share of its distinct terms found in the index
+        (an unknown term weighs the most, df 0). 0 for a query without terms. A question about people and things a
+        store never mentions (another conversation's, another store's) covers little of it."""
+        wanted = set(query_terms)
+        if not wanted:
+            return 0.0
+        weights = {t: self.idf(t) for t in wanted}
+        total = sum(weights.values())
+        return sum(w for t, w in weights.items() if t in self._docs) / total if total else 0.0
+
     def scores(self, query_terms: list[str]) -> np.ndarray:
         """BM25 per slot (removed slots score 0)."""
         out = np.zeros(self.slots, dtype=np.float32)
@@ -293,16 +304,27 @@ class ScoringTable:
         return mask
 
     def kind(self, scope: str | None) -> str:
-        """The kind of store the memories in `scope` make (core/ranking/kinds.py), once per table version."""
-        from cairn_cli.core.ranking.kinds import SAMPLE, store_kind
+        """The kind of store the memories in `scope` make (core/ranking/kinds.py), once per table version: read off
+        their words, and for notes, whether their neighbours are alike (with embeddings)."""
+        from cairn_cli.core.ranking import kinds
 
         found = self._kinds.get(scope)
         if found is None:
-            slots = np.flatnonzero(self.in_scope(scope))
-            if len(slots) > SAMPLE:
-                slots = slots[np.linspace(0, len(slots) - 1, SAMPLE).astype(np.int64)]
-            texts = [c.content for i in slots.tolist() if (c := self.candidates[i]) is not None]
-            found = self._kinds[scope] = store_kind(texts)
+            mask = self.in_scope(scope)
+            slots = np.flatnonzero(mask)
+            sample = slots
+            if len(slots) > kinds.SAMPLE:
+                sample = slots[np.linspace(0, len(slots) - 1, kinds.SAMPLE).astype(np.int64)]
+            found = kinds.store_kind([c.content for i in sample.tolist() if (c := self.candidates[i]) is not None])
+            if found == kinds.NOTES and self.dim and len(slots) >= kinds.MIN_MEMORIES:
+                a = self.arrays()
+                prev = a["prev"][slots]
+                pairs = (prev >= 0) & mask[np.maximum(prev, 0)] & a["has_embedding"][slots]
+                pairs &= a["has_embedding"][np.maximum(prev, 0)]
+                coherence = kinds.neighbour_coherence(a["matrix"], slots[pairs], prev[pairs])
+                if coherence >= kinds.ORDERED_COHERENCE:
+                    found = kinds.SEQUENCE
+            self._kinds[scope] = found
         return found
 
     def similarities(self, query_vec: np.ndarray) -> np.ndarray:
@@ -321,6 +343,7 @@ class ScoringTable:
         top: int | None = None,
         neighbour_weight: float = 0.0,
         context_keywords: float = 0.0,
+        coverage: bool = False,
     ) -> list[Scored]:
         """The best `top` in-scope memories (all when None), best first, ties broken by newer id, with every
         component. `similarities` is aligned with the slots (None when no embedding model is in play: 0).
@@ -328,6 +351,10 @@ class ScoringTable:
         `context_keywords` (a ranking profile's, 0 by default): that weight of the BM25 of each memory's field
         joined with its previous neighbour's (a reply with the turn it answers), max-normalised over the scope like
         `keywords`; logged as `keywords_context`.
+
+        `coverage` (a ranking profile's): the relevance the composite floor reads is multiplied by the share of the
+        query the store knows (`LexicalIndex.coverage`, logged as `coverage`), so that a prompt about what the
+        store never mentions abstains; the order is unchanged (one factor per query).
 
         `neighbour_weight` (a ranking profile's, 0 by default): each memory also gets that share of the better of
         its two neighbours' scores, the memories written just before and after it in the same session (or scope):
@@ -390,6 +417,9 @@ class ScoringTable:
             total = total + neighbour_weight * neighbour
             scope_part = scope_part * (1 + neighbour_weight)  # the neighbour's score carries its scope part too
         relevance = total - scope_part  # what the floor reads: the scope alone never lifts a memory
+        known = self.index.coverage(terms(query_text)) if coverage else None
+        if known is not None:
+            relevance = relevance * known
         total = np.where(mask, total, -np.inf)
         want = n_in if top is None else min(top, n_in)
         if want < n:
@@ -409,6 +439,8 @@ class ScoringTable:
                 c["keywords_context"] = round(float(joined[i] / (float(joined.max()) or 1.0)), 6)
             if neighbour_weight:
                 c["neighbour"] = round(float(neighbour[i]), 6)
+            if known is not None:
+                c["coverage"] = round(known, 6)
             c["composite"] = round(float(total[i]), 6)
             c["relevance"] = round(float(relevance[i]), 6)
             out.append(Scored(self.candidates[i], float(total[i]), c))
