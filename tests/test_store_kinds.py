@@ -181,3 +181,14 @@ def test_notes_whose_neighbours_are_alike_are_a_sequence():
     shuffled = vecs[rng.permutation(40)]  # the same notes in an order that means nothing
     assert _table(shuffled).kind("s") == NOTES
     assert _table(vecs[: MIN_MEMORIES - 1]).kind("s") == NOTES  # too few to tell
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("real_model", "two_kinds")
+def test_with_the_bundled_model_each_scope_gets_its_kind_and_the_reply_its_question(cli):
+    chat = _rank(cli, "what vegetables is Ben growing this year?", "chat")["memories"]
+    assert {m["components"]["profile"] for m in chat} == {"dialog"}
+    assert any(m["content"].startswith("Ben: Tomatoes") for m in chat)  # found through the turn it answers
+    notes = _rank(cli, "how do I apply the database migrations?", "webshop")["memories"]
+    assert notes[0]["content"].startswith("Database migrations")
+    assert notes[0]["components"]["profile"] in ("default", "sequence")  # notes, with or without order
