@@ -175,6 +175,85 @@ def cairn_system(
     return np.array([sc.candidate.id for sc in scored])
 
 
+def _default_scores(store: Store, text: str, vec: np.ndarray) -> np.ndarray:
+    """The shipped default's score of every memory for a query given as text and vector."""
+    return _default_scores_of(store, Query(text, vec, {}))
+
+
+def _default_scores_of(store: Store, query: Query) -> np.ndarray:
+    from cairn_cli.core.ranking.profiles import profile
+
+    s, table = store.cached("cairn", _cairn_table)
+    p = profile(s, "auto", kind=table.kind(None))
+    out = np.zeros(len(store.texts))
+    for sc in table.score(
+        query.text,
+        cosine(store, query),
+        scope=None,
+        weights=p.weights,
+        half_life_days=s.RECENCY_HALF_LIFE_DAYS,
+        now=NOW,
+        neighbour_weight=p.neighbour_weight,
+        context_keywords=p.context_keywords,
+    ):
+        out[sc.candidate.id] = sc.score
+    return out
+
+
+def second_hop(weight: float) -> System:
+    """The default, plus `weight` of the default's scores for the best memory's own text (a second hop)."""
+
+    def system(store: Store, query: Query) -> np.ndarray:
+        first = _default_scores_of(store, query)
+        best = int(np.argmax(first))
+        hop = _default_scores(store, store.texts[best], store.vecs[best])
+        hop[best] = 0.0
+        return _rank(first + weight * hop)
+
+    return system
+
+
+def dense_prf(beta: float, m: int = 3) -> System:
+    """The default, re-run with the query vector moved toward its top `m` memories (Rocchio)."""
+
+    def system(store: Store, query: Query) -> np.ndarray:
+        top = np.argsort(-_default_scores_of(store, query))[:m]
+        vec = query.vec + beta * store.vecs[top].mean(axis=0)
+        return _rank(_default_scores(store, query.text, vec / np.linalg.norm(vec)))
+
+    return system
+
+
+def vocabulary_expansion(weight: float, m: int = 3, n_terms: int = 10) -> System:
+    """The default, plus `weight` of the max-normalised BM25 of the `n_terms` terms its top `m` memories share most
+    (by count x IDF), the query's own left out (RM3-like expansion from the store's own vocabulary)."""
+    from collections import Counter
+
+    from cairn_cli.core.text import terms
+
+    def system(store: Store, query: Query) -> np.ndarray:
+        first = _default_scores_of(store, query)
+        _, table = store.cached("cairn", _cairn_table)
+        counts = Counter(t for i in np.argsort(-first)[:m] for t in set(terms(store.texts[i])))
+        own = set(terms(query.text))
+        ranked = sorted(counts, key=lambda t: -counts[t] * table.index.idf(t))
+        extra = np.asarray(table.index.scores([t for t in ranked if t not in own][:n_terms]), dtype=np.float64)
+        return _rank(first + weight * extra / (extra.max() or 1.0))
+
+    return system
+
+
+# Point 6 of #26: what the literature does for multi-hop and open-domain questions, on top of the default (the
+# neighbours are in the default already); reported per LoCoMo category, none shipped (bench/relevance.md says why)
+TRIED: dict[str, System] = {
+    "default": cairn_system,
+    "+ second hop from the best memory (0.15)": second_hop(0.15),
+    "+ dense pseudo-relevance feedback (Rocchio 0.3, top 3)": dense_prf(0.3),
+    "+ expansion from the store's vocabulary (RM3-like, 10 terms of the top 3, 0.15)": vocabulary_expansion(0.15),
+    "+ the same expansion at 0.30": vocabulary_expansion(0.30),
+}
+
+
 def store_kind(store: Store) -> str:
     _, table = store.cached("cairn", _cairn_table)
     return table.kind(None)
@@ -776,6 +855,8 @@ def main(argv: list[str] | None = None) -> int:
         results[key] = evaluate(stores, {**extra, **systems}, metric_set, per_query)
         ablation = evaluate(stores, ABLATIONS, metric_set)
         results[f"{key}_ablation"] = ablation
+        if key.startswith("locomo"):
+            results[f"{key}_tried"] = evaluate(stores, TRIED, metric_set)
         ablations.append(f"### {title.split(' (')[0]}\n\n" + overall_table(ablation, metric_set, "default less"))
         compare(results[key], per_query, list(metric_set), args.reference)
         is_locomo = key.startswith("locomo")

@@ -300,6 +300,17 @@ def render(r: dict, ranking: dict) -> str:
     for key, title in SETS:
         for name, groups in ranking.get(f"{key}_ablation", {}).items():
             lines.append(f"| {title} | {name} | {groups['all']['R@5']:.3f} | {groups['all']['NDCG@10']:.3f} |")
+    lines += ["", "## The weakest questions: what the literature does for them, on top of the default (held-out R@5)\n"]
+    lines += [
+        "The default already reads each memory with its neighbours. Kept only if it lifts multi-hop (1) and "
+        "open-domain (3) without costing the rest:\n",
+        "| set | variant | 1 multi-hop | 2 temporal | 3 open-domain | 4 single-hop | overall |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for key in ("locomo_turns", "locomo_observations"):
+        for name, groups in ranking.get(f"{key}_tried", {}).items():
+            cells = " | ".join(f"{groups[c]['R@5']:.3f}" if c in groups else "–" for c in ("1", "2", "3", "4", "all"))
+            lines.append(f"| {key.split('_')[1]} | {name} | {cells} |")
     lines += [
         "",
         f"## Abstention: the composite floor per kind of store (shipped; the fit: the highest floor losing <= "
