@@ -164,9 +164,13 @@ def make_student(home: Path, layers: int | None = None) -> None:
     CrossEncoderModel(bundled_base(), layers=layers).save(home / "training_data" / "reranker-student")
 
 
+RUN_ENV: dict[str, str] = {}  # set for every timed process (--rank-profile)
+
+
 def env_for(home: Path, **extra: str) -> dict:
     """The environment of the timed processes: byte code cached as an installed cairn has it (`precompile`)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_") and k != "PYTHONDONTWRITEBYTECODE"}
+    env.update(RUN_ENV)
     # the stores are random vectors, which no composite floor would let through: the floor is off so that every
     # prompt pays the full path (abstaining is cheaper)
     env.update({"CAIRN_HOME": str(home), "CAIRN_DAEMON_TIMEOUT_MS": "60000", "CAIRN_COMPOSITE_FLOOR": "off", **extra})
@@ -328,14 +332,22 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="1000,10000,100000")
     ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument(
+        "--rank-profile",
+        default=None,
+        help="force CAIRN_RANK_PROFILE (the synthetic stores are plain notes: dialog times the costliest profile)",
+    )
     ap.add_argument("--student-layers", type=int, default=None, help="a shallower student (default: all 6 layers)")
     ap.add_argument("--name", default="hot_path", help="results file name in --out")
     ap.add_argument("--out", default=str(ROOT / "bench"))
     args = ap.parse_args()
+    if args.rank_profile:
+        RUN_ENV["CAIRN_RANK_PROFILE"] = args.rank_profile
     from cairn_cli.ml.device import simd_summary
 
     sizes = [int(s) for s in args.sizes.split(",")]
     results: dict = {"bare_python": None, "sizes": {}, "cpu_flags": simd_summary(), "cores": os.cpu_count()}
+    results["rank_profile"] = args.rank_profile or "auto (the synthetic stores are plain notes)"
     precompile()
     results["load_start"] = [round(x, 2) for x in os.getloadavg()]
     bare = timed([sys.executable, "-c", "pass"], dict(os.environ), args.runs)
