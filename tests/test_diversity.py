@@ -241,3 +241,13 @@ def test_no_block_ever_holds_a_pair_the_rule_calls_repeats(seed, k, embedded):
     distinct, _ = Distinct(table.cosines([c.id for c in cands])).select(order, len(order))
     assert [x.candidate.id for x in chosen] == [x.candidate.id for x in distinct][:k]
 
+
+def test_the_thresholds_are_the_fitted_ones():
+    """bench/diversity.md records the fit: a change to the constants without a new fit is caught here."""
+    from pathlib import Path
+
+    fit = json.loads((Path(__file__).resolve().parents[1] / "bench" / "diversity.json").read_text())["fit"]
+    assert (fit["cosine_chosen"], fit["containment_chosen"]) == (
+        diversity.DUPLICATE_COSINE,
+        diversity.DUPLICATE_CONTAINMENT,
+    )
