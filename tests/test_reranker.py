@@ -226,4 +226,4 @@ def test_the_pipeline_is_pure_candidates_in_ranked_list_out(monkeypatch):
     )
     # "cats" shares no term with the query: composite 0, never a candidate; "deploy" falls under the floor (0)
     assert [s.candidate.id for s in chosen.chosen] == [2] and chosen.reranked
-    assert chosen.dropped == {"min_score": 1, "floor": 1}
+    assert chosen.dropped == {"min_score": 1, "floor": 1, "duplicate": 0}

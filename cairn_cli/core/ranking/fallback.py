@@ -122,6 +122,10 @@ class IndexedTable:
     def similarities(self, query_vec) -> None:
         return None
 
+    def cosines(self, memory_ids: list[int]) -> None:
+        """None: no model, no embeddings (the near-duplicate skip tells repeats by their text alone)."""
+        return None
+
     def kind(self, scope: str | None) -> None:
         """Unknown: the fallback reads only the query's terms' postings, not the scope's memories, so `auto` ranks
         with the default profile here (lexically, as the daemon's BM25 does)."""

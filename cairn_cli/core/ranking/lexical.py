@@ -71,11 +71,15 @@ def lexical_field(candidate: Candidate, keyword_weight: int) -> list[str]:
 
 class ScoreTable(Protocol):
     """A store's memories as the pipeline scores them: the best `top` in scope, best first, every component;
-    `similarities` aligns a query embedding's cosines with the table (None: the table has no embeddings)."""
+    `similarities` aligns a query embedding's cosines with the table (None: the table has no embeddings);
+    `cosines` gives the memories' own embeddings' cosines between each other, what the near-duplicate skip
+    reads (diversity.py; None: no embeddings)."""
 
     def __len__(self) -> int: ...
 
     def similarities(self, query_vec): ...
+
+    def cosines(self, memory_ids: list[int]) -> dict[int, dict[int, float]] | None: ...
 
     def kind(self, scope: str | None) -> str | None: ...
 

@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 
 from cairn_cli.config import Settings
+from cairn_cli.core.ranking.diversity import SHIPPED, Distinct, Rule
 from cairn_cli.core.ranking.engine import Reranker, RerankSkipped
 from cairn_cli.core.ranking.lexical import Scored, ScoreTable
 from cairn_cli.core.ranking.profiles import Profile
@@ -58,6 +59,7 @@ class Shortlist:
     candidates: int  # how many the stage rescores
     depth: int  # how deep the ranking goes without the stage (exploration's pool)
     blend: float
+    distinct: Distinct  # the near-duplicate test over these candidates (their embeddings' cosines, when any)
 
 
 def shortlist(
@@ -74,8 +76,10 @@ def shortlist(
     profile: Profile | None = None,
     floor: float = 0.0,
     explore: float = 0.0,
+    repeats: Rule = SHIPPED,
 ) -> Shortlist:
-    """The composite's scores of the memories in scope and its floor (see `select`)."""
+    """The composite's scores of the memories in scope and its floor (see `select`); `repeats`: the near-duplicate
+    test's thresholds (core/ranking/diversity.py: the shipped ones; benchmarks sweep others)."""
     plan = getattr(reranker, "plan", None) if reranker is not None else None
     notes = []
     if plan and plan.get("skipped"):
@@ -85,23 +89,33 @@ def shortlist(
     pool = max(k, candidates) if reranker else max(k, settings.RERANK_CANDIDATES) if explore > 0 else k
     profile = profile or Profile("default", settings.weights())
     weights = profile.weights if similarities is not None else {**profile.weights, "similarity": 0.0}
-    scored = table.score(
-        query,
-        similarities,
-        scope=scope,
-        weights=weights,
-        half_life_days=settings.RECENCY_HALF_LIFE_DAYS,
-        top=pool,
-        neighbour_weight=profile.neighbour_weight,
-        # the joined keywords are the daemon's (with an embedder): lexically alone, a turn already borrows its
-        # neighbour's keywords through the neighbour share, and the fallback ranks exactly as this table then does
-        context_keywords=profile.context_keywords if similarities is not None else 0.0,
-        coverage=profile.coverage and similarities is not None,
-    )
-    # the composite floor reads the relevance part of the score (the composite without its scope part, which
-    # alone lifts every memory in scope above zero); floor off (0) keeps every positive composite
-    positive = [s for s in scored if s.score > 0 and (floor <= 0 or s.components["relevance"] >= floor)]
-    dropped = {"min_score": len(scored) - len(positive), "floor": 0}
+
+    def composite(top: int) -> tuple[list[Scored], list[Scored], Distinct]:
+        scored = table.score(
+            query,
+            similarities,
+            scope=scope,
+            weights=weights,
+            half_life_days=settings.RECENCY_HALF_LIFE_DAYS,
+            top=top,
+            neighbour_weight=profile.neighbour_weight,
+            # the joined keywords are the daemon's (with an embedder): lexically alone, a turn already borrows its
+            # neighbour's keywords through the neighbour share, and the fallback ranks exactly as this table then does
+            context_keywords=profile.context_keywords if similarities is not None else 0.0,
+            coverage=profile.coverage and similarities is not None,
+        )
+        # the composite floor reads the relevance part of the score (the composite without its scope part, which
+        # alone lifts every memory in scope above zero); floor off (0) keeps every positive composite
+        positive = [s for s in scored if s.score > 0 and (floor <= 0 or s.components["relevance"] >= floor)]
+        return scored, positive, Distinct(table.cosines([s.candidate.id for s in positive]), repeats)
+
+    scored, positive, distinct = composite(pool)
+    # without the stage the block is the composite's order: when repeats of a better memory leave fewer than k
+    # distinct ones in what was read and the table has more, read deeper (a store with no repeats pays nothing)
+    while reranker is None and len(scored) >= pool and distinct.repeats(positive, k):
+        pool *= 2
+        scored, positive, distinct = composite(pool)
+    dropped = {"min_score": len(scored) - len(positive), "floor": 0, "duplicate": 0}
     if scored and not positive:
         best = max(s.components["relevance"] for s in scored)
         notes.append(f"abstained: no memory reaches the composite floor {floor:g} (best relevance {best:.3f})")
@@ -127,6 +141,7 @@ def shortlist(
         candidates,
         max(k, settings.RERANK_CANDIDATES),
         settings.RERANK_BLEND,
+        distinct,
     )
 
 
@@ -147,6 +162,7 @@ def rerank(short: Shortlist) -> Selection:
                 s.components["rerank_plan"] = {**s.components.get("rerank_plan", {}), "skipped": True}
         else:
             stage_ms = (time.perf_counter() - t0) * 1000.0
+            kept, dropped["duplicate"] = short.distinct.select(kept, k)
             chosen = explored(kept, k, query, explore)
             return Selection(
                 chosen,
@@ -157,7 +173,8 @@ def rerank(short: Shortlist) -> Selection:
                 weights=short.weights,
                 rerank_ms=stage_ms,
             )
-    return Selection(explored(positive[: short.depth], k, query, explore), dropped, notes=notes, weights=short.weights)
+    ranked, dropped["duplicate"] = short.distinct.select(positive, k)
+    return Selection(explored(ranked[: short.depth], k, query, explore), dropped, notes=notes, weights=short.weights)
 
 
 def _uniform(query: str, salt: str) -> float:

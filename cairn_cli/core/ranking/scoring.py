@@ -331,6 +331,22 @@ class ScoringTable:
         matrix = self.arrays().get("matrix")
         return np.zeros(self.index.slots) if matrix is None else matrix @ query_vec
 
+    def cosines(self, memory_ids: list[int]) -> dict[int, dict[int, float]] | None:
+        """The cosines between the embeddings of `memory_ids` (those in the table and embedded by its model; None
+        when the table has no embeddings): memory id -> memory id -> cosine, for the near-duplicate skip."""
+        matrix = self.arrays().get("matrix")
+        if matrix is None:
+            return None
+        has = self.arrays()["has_embedding"]
+        ids = [i for i in memory_ids if (slot := self.slot_of.get(i)) is not None and has[slot]]
+        if len(ids) < 2:
+            return {}
+        rows = matrix[[self.slot_of[i] for i in ids]].astype(np.float64)
+        norms = np.linalg.norm(rows, axis=1)
+        rows = rows / np.where(norms > 0, norms, 1.0)[:, None]
+        sims = (rows @ rows.T).tolist()
+        return {a: dict(zip(ids, row)) for a, row in zip(ids, sims)}
+
     def score(
         self,
         query_text: str,
