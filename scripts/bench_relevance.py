@@ -357,7 +357,18 @@ def render(r: dict, ranking: dict) -> str:
     if r["diversity"] is None:
         lines.append("bench/diversity.json is absent: run scripts/bench_diversity.py first.")
     else:
-        lines.append(r["diversity"].get("summary_md", "see bench/diversity.md"))
+        lines += [
+            f"From bench/diversity.md ({r['diversity']['meta'].get('date', '')}): pairs of memories repeating each other "
+            "(core/ranking/diversity.py's rule) per top-5 block, before and after the near-duplicate skip, and R@5.\n",
+            "| path | store / part | pairs per block before | after | R@5 before | R@5 after | after − before [95%] |",
+            "|---|---|---:|---:|---:|---:|---:|",
+        ]
+        for path, rows in r["diversity"]["blocks"].items():
+            for name, b in rows.items():
+                lines.append(
+                    f"| {path} | {name} | {b['before_pairs_per_block']:.3f} | {b['after_pairs_per_block']:.3f} | "
+                    f"{b['before_r5']:.3f} | {b['after_r5']:.3f} | {_iv(b['r5_diff'])} |"
+                )
     return "\n".join(lines) + "\n"
 
 
