@@ -22,7 +22,6 @@ At most SAMPLE memories (or pairs) are read, spread evenly over the scope (a 100
 
 from __future__ import annotations
 
-import random
 import re
 from collections.abc import Sequence
 
@@ -58,6 +57,8 @@ def neighbour_coherence(matrix, slots: Sequence[int], before: Sequence[int]) -> 
     """Mean cosine of each memory and the one written before it (rows `slots[i]`, `before[i]` of `matrix`, unit
     vectors; at most SAMPLE pairs, spread evenly) less the mean over as many random pairs of those memories (seeded
     by their number: the same store, the same answer). 0 without pairs."""
+    import random  # here, not at the top: the fallback's hot path imports this module and never needs it
+
     if len(slots) < 2:
         return 0.0
     step = max(1, len(slots) // SAMPLE)
