@@ -76,6 +76,19 @@ _SETTINGS = [
     ),
     Setting("CONTEXT_MAX_TURNS", 3, int, "Earlier transcript turns added to the context window."),
     Setting("CONTEXT_MAX_CHARS", 2000, int, "Character bound of the cleaned context window."),
+    Setting(
+        "CONTEXT_SIMILARITY_WEIGHT",
+        0.5,
+        float,
+        "How much the whole window's cosine counts beside the prompt's (0..1): similarity = max(prompt's, this x "
+        "window's), so earlier turns can only add.",
+    ),
+    Setting(
+        "CONTEXT_TERM_WEIGHT",
+        0.2,
+        float,
+        "Weight of the earlier turns' terms in the keywords' BM25 (0..1); the prompt's terms weigh 1.",
+    ),
     Setting("CONFIDENCE_PRIOR_POS", 3.0, float, "Beta prior pseudo-count for corroboration (new memory: 0.75)."),
     Setting("CONFIDENCE_PRIOR_NEG", 1.0, float, "Beta prior pseudo-count for contradiction."),
     Setting("INJECTION_MAX_CHARS", 10000, int, "Upper bound of the printed injection block (Claude Code's limit)."),
@@ -258,6 +271,8 @@ GROUPS: list[tuple[str, list[str]]] = [
             "COMPOSITE_FLOOR",
             "CONTEXT_MAX_TURNS",
             "CONTEXT_MAX_CHARS",
+            "CONTEXT_SIMILARITY_WEIGHT",
+            "CONTEXT_TERM_WEIGHT",
             "INJECTION_MAX_CHARS",
         ],
     ),

@@ -8,6 +8,7 @@ index, no numpy) both implement `ScoreTable`; the hook's hot path imports this m
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -71,11 +72,12 @@ def lexical_field(candidate: Candidate, keyword_weight: int) -> list[str]:
 
 class ScoreTable(Protocol):
     """A store's memories as the pipeline scores them: the best `top` in scope, best first, every component;
-    `similarities` aligns a query embedding's cosines with the table (None: the table has no embeddings)."""
+    `similarities` aligns a query embedding's cosines with the table, the prompt's fused with the window's (None:
+    the table has no embeddings); `query_terms` weighs BM25's query terms (None: every term of the text at 1)."""
 
     def __len__(self) -> int: ...
 
-    def similarities(self, query_vec): ...
+    def similarities(self, query_vec, window_vec=None, window_weight: float = 0.0): ...
 
     def kind(self, scope: str | None) -> str | None: ...
 
@@ -91,4 +93,5 @@ class ScoreTable(Protocol):
         top: int | None = None,
         neighbour_weight: float = 0.0,
         context_keywords: float = 0.0,
+        query_terms: Mapping[str, float] | None = None,
     ) -> list[Scored]: ...

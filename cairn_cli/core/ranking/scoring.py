@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections import Counter
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
@@ -119,10 +120,12 @@ class LexicalIndex:
         df = len(self._docs.get(term, ()))
         return math.log(1.0 + (self.n - df + 0.5) / (df + 0.5))
 
-    def scores_with_previous(self, query_terms: list[str], prev: np.ndarray, alive: np.ndarray) -> np.ndarray:
+    def scores_with_previous(
+        self, query_terms: Mapping[str, float] | Iterable[str], prev: np.ndarray, alive: np.ndarray
+    ) -> np.ndarray:
         """BM25 per slot of the slot's field joined with its previous slot's (`prev`: that slot, -1 for none): a
         reply scored with the turn it answers. Term and length counts add up (the average length is the live
-        slots' joined one); IDF is the index's."""
+        slots' joined one); IDF is the index's. `query_terms`: term -> its weight in the query (terms alone: 1)."""
         n = self.slots
         out = np.zeros(n, dtype=np.float32)
         if not self.n:
@@ -134,31 +137,51 @@ class LexicalIndex:
         lengths = self._lengths_arr + np.where(has_prev, self._lengths_arr[before], np.float32(0))
         avg = float(lengths[alive].mean()) if alive.any() else 1.0
         norm = BM25_K1 * (1 - BM25_B + BM25_B * lengths / avg)
-        for term in set(query_terms):
+        for term, weight in _as_weights(query_terms).items():
             post = self._postings(term)
-            if post is None:
+            if post is None or not weight:
                 continue
             tf = np.zeros(n, dtype=np.float32)
             tf[post[0]] = post[1]
             joined = tf + np.where(has_prev, tf[before], np.float32(0))
-            out += self.idf(term) * joined * (BM25_K1 + 1) / (joined + norm)
+            out += _weighted(self.idf(term), weight) * joined * (BM25_K1 + 1) / (joined + norm)
         return out
 
-    def scores(self, query_terms: list[str]) -> np.ndarray:
-        """BM25 per slot (removed slots score 0)."""
+    def scores(self, query_terms: Mapping[str, float] | Iterable[str]) -> np.ndarray:
+        """BM25 per slot (removed slots score 0); `query_terms`: term -> its weight in the query (terms alone, or
+        every weight 1: plain BM25)."""
         out = np.zeros(self.slots, dtype=np.float32)
         if not self.n:
             return out
         if self._lengths_arr is None:
             self._lengths_arr = np.asarray(self._lengths, dtype=np.float32)
         norm = BM25_K1 * (1 - BM25_B + BM25_B * self._lengths_arr / (self.avgdl or 1.0))
-        for term in set(query_terms):
+        for term, weight in _as_weights(query_terms).items():
             post = self._postings(term)
-            if post is None:
+            if post is None or not weight:
                 continue
             docs, tf = post
-            out[docs] += self.idf(term) * tf * (BM25_K1 + 1) / (tf + norm[docs])
+            out[docs] += _weighted(self.idf(term), weight) * tf * (BM25_K1 + 1) / (tf + norm[docs])
         return out
+
+
+def _as_weights(query_terms: Mapping[str, float] | Iterable[str]) -> Mapping[str, float]:
+    return query_terms if isinstance(query_terms, Mapping) else dict.fromkeys(query_terms, 1.0)
+
+
+def _weighted(idf: float, weight: float) -> float:
+    """A query term's IDF at its weight in the query (at 1, exactly the IDF: the prompt alone ranks as it always did)."""
+    return idf if weight == 1.0 else idf * weight
+
+
+def plain_terms(query_text: str) -> dict[str, float]:
+    """Every term of `query_text` at weight 1, in the order first seen: plain BM25's query."""
+    return dict.fromkeys(terms(query_text), 1.0)
+
+
+def fuse_similarities(prompt: np.ndarray, window: np.ndarray, weight: float) -> np.ndarray:
+    """The prompt's cosine per slot, lifted by the window's at `weight`: the earlier turns can only add."""
+    return np.maximum(prompt, np.float32(weight) * window)
 
 
 class ScoringTable:
@@ -305,9 +328,18 @@ class ScoringTable:
             found = self._kinds[scope] = store_kind(texts)
         return found
 
-    def similarities(self, query_vec: np.ndarray) -> np.ndarray:
+    def similarities(
+        self, query_vec: np.ndarray, window_vec: np.ndarray | None = None, window_weight: float = 0.0
+    ) -> np.ndarray:
+        """The cosine per slot of the query's vector (the prompt's), fused with the window's at `window_weight`
+        when there is one (core/ranking/query.py)."""
         matrix = self.arrays().get("matrix")
-        return np.zeros(self.index.slots) if matrix is None else matrix @ query_vec
+        if matrix is None:
+            return np.zeros(self.index.slots)
+        if window_vec is None or not window_weight:
+            return matrix @ query_vec
+        both = matrix @ np.stack([query_vec, window_vec], axis=1)
+        return fuse_similarities(both[:, 0], both[:, 1], window_weight)
 
     def score(
         self,
@@ -321,9 +353,12 @@ class ScoringTable:
         top: int | None = None,
         neighbour_weight: float = 0.0,
         context_keywords: float = 0.0,
+        query_terms: Mapping[str, float] | None = None,
     ) -> list[Scored]:
         """The best `top` in-scope memories (all when None), best first, ties broken by newer id, with every
         component. `similarities` is aligned with the slots (None when no embedding model is in play: 0).
+        `query_terms`: BM25's query, term -> weight (None: every term of `query_text` at 1; a context window's
+        earlier turns weigh less than its prompt, core/ranking/query.py).
 
         `context_keywords` (a ranking profile's, 0 by default): that weight of the BM25 of each memory's field
         joined with its previous neighbour's (a reply with the turn it answers), max-normalised over the scope like
@@ -338,7 +373,8 @@ class ScoringTable:
         if n_in == 0:
             return []
         now_ts = (now or utcnow()).timestamp()
-        bm25 = np.where(mask, self.index.scores(terms(query_text)), np.float32(0))
+        query = plain_terms(query_text) if query_terms is None else query_terms
+        bm25 = np.where(mask, self.index.scores(query), np.float32(0))
         best = float(bm25.max()) or 1.0
         n = len(mask)
         sims = None if similarities is None else np.asarray(similarities, dtype=np.float32)
@@ -377,9 +413,7 @@ class ScoringTable:
                     scope_part = part
         joined = None
         if context_keywords:
-            joined = np.where(
-                mask, self.index.scores_with_previous(terms(query_text), a["prev"], a["alive"]), np.float32(0)
-            )
+            joined = np.where(mask, self.index.scores_with_previous(query, a["prev"], a["alive"]), np.float32(0))
             total += context_keywords * joined / (float(joined.max()) or 1.0)
         neighbour = np.zeros(n, dtype=np.float64)
         if neighbour_weight:
