@@ -77,11 +77,11 @@ _SETTINGS = [
     Setting("CONTEXT_MAX_TURNS", 3, int, "Earlier transcript turns added to the context window."),
     Setting("CONTEXT_MAX_CHARS", 2000, int, "Character bound of the cleaned context window."),
     Setting(
-        "CONTEXT_SIMILARITY_WEIGHT",
-        0.5,
+        "CONTEXT_SIMILARITY_MARGIN",
+        0.15,
         float,
-        "How much the whole window's cosine counts beside the prompt's (0..1): similarity = max(prompt's, this x "
-        "window's), so earlier turns can only add.",
+        "The window's earlier turns in the similarity: max(the prompt's cosine, the whole window's minus this); "
+        "0..1, 1: the prompt's alone.",
     ),
     Setting(
         "CONTEXT_TERM_WEIGHT",
@@ -271,7 +271,7 @@ GROUPS: list[tuple[str, list[str]]] = [
             "COMPOSITE_FLOOR",
             "CONTEXT_MAX_TURNS",
             "CONTEXT_MAX_CHARS",
-            "CONTEXT_SIMILARITY_WEIGHT",
+            "CONTEXT_SIMILARITY_MARGIN",
             "CONTEXT_TERM_WEIGHT",
             "INJECTION_MAX_CHARS",
         ],

@@ -90,40 +90,59 @@ def test_the_prompt_alone_is_one_vector_and_every_term_at_one():
     assert "user" not in got  # the role words are not the turn's
 
 
-UNRELATED = (  # three earlier exchanges that name other memories of the store, word for word
+UNRELATED = (  # three earlier exchanges whose six pieces each name another memory of the store, word for word
     ("user", "the alembic upgrade head migration needs autogenerate and a review of the DROP statements"),
     (
         "assistant",
-        "alembic revision --autogenerate -m msg, then alembic upgrade head; migrations in webshop/migrations",
+        "Redis is only the Celery broker: flushing redis loses queued celery jobs, sessions stay in postgresql",
     ),
-    ("user", "redis celery broker: flushing redis loses queued celery jobs, sessions stay in postgresql"),
-    ("assistant", "Redis is only the Celery broker; sessions live in PostgreSQL"),
     ("user", "the staging deploy: push to the staging branch; production needs a tagged release and approval"),
-    ("assistant", "staging branch push deploys staging; production deploys need a vX.Y.Z release tag"),
+    ("assistant", "CI runs on GitHub Actions with Python 3.11 and 3.12; the 3.12 job may fail until imghdr is handled"),
+    ("user", "the rust toolchain for the image resizer is pinned in rust-toolchain.toml; cargo build --release"),
+    ("assistant", "order emails are Jinja templates in templates/email; preview them with flask emails preview"),
 )
 
 
+def test_unrelated_earlier_turns_cannot_push_the_prompts_memory_out(cli, engine, tmp_path):
+    memory = 7
+    ids, one_text = _with_unrelated_turns(cli, tmp_path, "which port does the vite frontend dev server use?", memory)
+    assert memory in ids, ids
+    assert memory not in one_text, one_text  # ranked as one text, as before, the earlier turns' memories took the top k
+
+
+@pytest.mark.usefixtures("real_model")
 @pytest.mark.parametrize(
     "prompt, memory",
-    [("how should prices be stored for the checkout?", 2), ("which port does the vite frontend dev server use?", 7)],
+    [
+        ("how should prices be stored for the checkout?", 2),
+        ("which port does the vite frontend dev server use?", 7),
+        ("where do deploys run from?", 13),
+    ],
 )
-def test_unrelated_earlier_turns_cannot_push_the_prompts_memory_out(cli, engine, tmp_path, prompt, memory):
+def test_with_the_real_model_unrelated_turns_keep_the_prompts_memory_first(cli, tmp_path, prompt, memory):
+    """all-MiniLM-L6-v2 in the daemon's engine (in process): the prompt's memory stays first, where the window ranked
+    as one text put it lower or out. Not a guarantee: a six-word prompt against six earlier pieces quoting six other
+    memories can lose its memory ("how do I run the linter?", the hashing encoder's prices prompt: bench/window.md)."""
+    ids, one_text = _with_unrelated_turns(cli, tmp_path, prompt, memory)
+    assert ids[0] == memory, ids
+    assert memory not in one_text[:1], one_text
+
+
+def _with_unrelated_turns(cli, tmp_path, prompt: str, memory: int) -> tuple[list[int], list[int]]:
+    """The top k for `prompt` after UNRELATED, ranked now and ranked as one text (before #26 point 5)."""
     _examples(cli)
-    alone = _rank(cli, prompt, "-k", "3")
-    assert [m["id"] for m in alone["memories"]][:1] == [memory]
+    assert _rank(cli, prompt)["memories"][0]["id"] == memory
     path = _transcript(tmp_path / "t.jsonl", *UNRELATED)
-    windowed = _rank(cli, prompt, "-k", "3", "--transcript", path)
-    assert "alembic" in windowed["context_window"]  # the earlier turns are in the window
-    ids = [m["id"] for m in windowed["memories"]]
-    assert memory in ids, ids
+    windowed = _rank(cli, prompt, "--transcript", path)
+    assert "alembic" in windowed["context_window"] and "cargo" in windowed["context_window"]
+    s = Settings()
     assert windowed["memories"][0]["components"]["window"] == {
         "turns": 3,
-        "similarity_weight": 0.5,
-        "term_weight": 0.2,
+        "similarity_margin": s.CONTEXT_SIMILARITY_MARGIN,
+        "term_weight": s.CONTEXT_TERM_WEIGHT,
     }
-    # ranked as one text, as before, the earlier turns' memories took the top 3
-    one_text = _rank(cli, windowed["context_window"], "-k", "3")
-    assert memory not in [m["id"] for m in one_text["memories"]]
+    one_text = _rank(cli, windowed["context_window"])
+    return [m["id"] for m in windowed["memories"]], [m["id"] for m in one_text["memories"]]
 
 
 PEOPLE = [
@@ -152,3 +171,16 @@ def test_a_follow_up_gets_the_memory_its_previous_turn_named(cli, engine, tmp_pa
     assert windowed["memories"][0]["id"] == memory
     # the prompt alone cannot tell whose team: it puts the same memory first whoever was asked about
     assert _rank(cli, prompt, "-k", "3")["memories"][0]["id"] == ALONE_FIRST[engine]
+
+
+@pytest.mark.usefixtures("real_model")
+@pytest.mark.parametrize("person, memory", [("Alice", 1), ("Bob", 2), ("Carol", 3)])
+def test_with_the_real_model_a_follow_up_gets_the_memory_its_previous_turn_named(cli, tmp_path, person, memory):
+    for content, keywords in PEOPLE:
+        assert cli("memory", "add", content, "--scope", "webshop", "--keywords", ",".join(keywords)).exit_code == 0
+    path = _transcript(
+        tmp_path / "t.jsonl",
+        ("user", f"Let's talk about {person} for a moment."),
+        ("assistant", "Okay, go ahead."),
+    )
+    assert _rank(cli, "how does their team deploy?", "--transcript", path)["memories"][0]["id"] == memory

@@ -119,8 +119,11 @@ class IndexedTable:
     def __len__(self) -> int:
         return self.entry.in_scope_count(None)
 
-    def similarities(self, query_vec, window_vec=None, window_weight: float = 0.0) -> None:
+    def similarities(self, query_vec) -> None:
         return None
+
+    def window_similarities(self, prompt_vec, window_vec, margin: float) -> tuple[None, None]:
+        return None, None
 
     def kind(self, scope: str | None) -> None:
         """Unknown: the fallback reads only the query's terms' postings, not the scope's memories, so `auto` ranks
@@ -140,6 +143,7 @@ class IndexedTable:
         neighbour_weight: float = 0.0,
         context_keywords: float = 0.0,  # the dialog profile's joined keywords: the daemon's alone (pipeline.py)
         query_terms: Mapping[str, float] | None = None,
+        floor_similarities=None,  # no similarity here
     ) -> list[Scored]:
         for name in weights:
             if name not in COMPONENTS:

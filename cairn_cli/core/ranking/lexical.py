@@ -72,12 +72,16 @@ def lexical_field(candidate: Candidate, keyword_weight: int) -> list[str]:
 
 class ScoreTable(Protocol):
     """A store's memories as the pipeline scores them: the best `top` in scope, best first, every component;
-    `similarities` aligns a query embedding's cosines with the table, the prompt's fused with the window's (None:
-    the table has no embeddings); `query_terms` weighs BM25's query terms (None: every term of the text at 1)."""
+    `similarities` aligns a query embedding's cosines with the table (None: the table has no embeddings),
+    `window_similarities` a context window's (the prompt's fused with the window's, and what the floor reads);
+    `query_terms` weighs BM25's query terms (None: every term of the text at 1); `floor_similarities`: what the
+    floor's relevance reads of the similarity when it is not what ranks."""
 
     def __len__(self) -> int: ...
 
-    def similarities(self, query_vec, window_vec=None, window_weight: float = 0.0): ...
+    def similarities(self, query_vec): ...
+
+    def window_similarities(self, prompt_vec, window_vec, margin: float): ...
 
     def kind(self, scope: str | None) -> str | None: ...
 
@@ -94,4 +98,5 @@ class ScoreTable(Protocol):
         neighbour_weight: float = 0.0,
         context_keywords: float = 0.0,
         query_terms: Mapping[str, float] | None = None,
+        floor_similarities=None,
     ) -> list[Scored]: ...

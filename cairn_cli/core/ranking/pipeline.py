@@ -77,10 +77,12 @@ def shortlist(
     explore: float = 0.0,
     query_terms: Mapping[str, float] | None = None,
     window: dict | None = None,
+    floor_similarities=None,
 ) -> Shortlist:
     """The composite's scores of the memories in scope and its floor (see `select`). `query_terms`: BM25's query
     (term -> weight; None: every term of `query` at 1); `window`: how the context window's earlier turns were
-    weighed (core/ranking/query.py), recorded with every delivery."""
+    weighed (core/ranking/query.py), recorded with every delivery; `floor_similarities`: the similarity the floor's
+    relevance reads when it is not the one that ranks (scoring.py)."""
     plan = getattr(reranker, "plan", None) if reranker is not None else None
     notes = []
     if plan and plan.get("skipped"):
@@ -102,6 +104,7 @@ def shortlist(
         # neighbour's keywords through the neighbour share, and the fallback ranks exactly as this table then does
         context_keywords=profile.context_keywords if similarities is not None else 0.0,
         query_terms=query_terms,
+        floor_similarities=floor_similarities if similarities is not None else None,
     )
     # the composite floor reads the relevance part of the score (the composite without its scope part, which
     # alone lifts every memory in scope above zero); floor off (0) keeps every positive composite

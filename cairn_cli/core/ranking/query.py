@@ -1,9 +1,13 @@
 """What a ranking reads off the context window: the prompt is the query, the session's earlier turns are context
 that can only add to it (#26: ranked as one text, a session's unrelated earlier turns drowned the prompt).
 
-- similarity: the prompt's cosine and the window's, fused (`fuse`, numpy: scoring.py applies it);
-- keywords: BM25 over the prompt's terms at weight 1 and the earlier turns' terms at CONTEXT_TERM_WEIGHT (a term
-  of the prompt keeps 1), a weighted query (`term_weights`).
+- similarity: max(the prompt's cosine, the whole window's cosine - CONTEXT_SIMILARITY_MARGIN) per memory
+  (scoring.py's `fuse_similarities`): a memory never scores under its cosine to the prompt, and one close to the
+  earlier turns outranks one as close to the prompt only by more than the margin. A margin, not a factor: the
+  window's cosine stays on the scale the composite floor reads, so that a prompt that says nothing by itself
+  ("and how do I fix that?") is still answered from the turn it follows.
+- keywords: BM25 over the prompt's terms at weight 1 and the earlier turns' terms (role words left out) at
+  CONTEXT_TERM_WEIGHT (a term of the prompt keeps 1): a weighted query, scoring.py's and the fallback's.
 
 A window without earlier turns is the prompt alone and ranks exactly as the prompt always did: one vector, every
 term at 1. The window's text and key stay what was ranked and logged (context.py). Stdlib only (hot path).
@@ -21,18 +25,22 @@ from cairn_cli.core.text import terms
 
 @dataclass(frozen=True)
 class WindowWeights:
-    """How much the earlier turns count beside the prompt (each in 0..1); what every delivery records."""
+    """How the earlier turns count beside the prompt; what every delivery records."""
 
-    similarity: float  # CONTEXT_SIMILARITY_WEIGHT: the window's cosine beside the prompt's
-    terms: float  # CONTEXT_TERM_WEIGHT: an earlier turn's term beside a prompt's (1)
+    margin: float  # CONTEXT_SIMILARITY_MARGIN, 0..1: the window's cosine counts less this (1: not at all)
+    terms: float  # CONTEXT_TERM_WEIGHT, 0..1: an earlier turn's term beside a prompt's (1)
+
+    @property
+    def uses_window_vector(self) -> bool:
+        return self.margin < 1.0
 
     def as_dict(self, turns: int) -> dict:
-        return {"turns": turns, "similarity_weight": self.similarity, "term_weight": self.terms}
+        return {"turns": turns, "similarity_margin": self.margin, "term_weight": self.terms}
 
 
 def window_weights(settings: Settings) -> WindowWeights:
     return WindowWeights(
-        similarity=min(max(float(settings.CONTEXT_SIMILARITY_WEIGHT), 0.0), 1.0),
+        margin=min(max(float(settings.CONTEXT_SIMILARITY_MARGIN), 0.0), 1.0),
         terms=min(max(float(settings.CONTEXT_TERM_WEIGHT), 0.0), 1.0),
     )
 
@@ -45,9 +53,9 @@ def has_context(context: ContextWindow) -> bool:
 def embed_texts(context: ContextWindow, weights: WindowWeights) -> list[str]:
     """What to embed, in one call: the prompt, then the whole window when its cosine counts (the prompt alone:
     the window is the prompt)."""
-    if has_context(context) and weights.similarity > 0:
-        return [context.prompt, context.text]
-    return [context.prompt if has_context(context) else context.text]
+    if not has_context(context):
+        return [context.text]
+    return [context.prompt, context.text] if weights.uses_window_vector else [context.prompt]
 
 
 def term_weights(context: ContextWindow, weights: WindowWeights) -> Mapping[str, float] | None:

@@ -78,10 +78,11 @@ def rank(query: RankQuery, settings: Settings, engine: RankEngine, clock: Clock 
     with engine.reading(entry):  # the table as it is: no refresh applies rows while the composite reads it
         profile = get_profile(settings, kind=entry.table.kind(scope))  # auto: the scope's kind of store
         floor, _ = composite_floor(settings, profile.name, engine.embed_model)
-        sims = None
-        if vecs is not None:
-            window_vec = vecs[1] if len(vecs) > 1 else None
-            sims = entry.table.similarities(vecs[0], window_vec, weights.similarity)
+        sims = floor_sims = None
+        if vecs is not None and len(vecs) > 1:  # the floor reads the window's cosine without the margin (query.py)
+            sims, floor_sims = entry.table.window_similarities(vecs[0], vecs[1], weights.margin)
+        elif vecs is not None:
+            sims = entry.table.similarities(vecs[0])
         short = shortlist(
             entry.table,
             context.text,
@@ -97,6 +98,7 @@ def rank(query: RankQuery, settings: Settings, engine: RankEngine, clock: Clock 
             explore=settings.EXPLORE_RATE if query.explore else 0.0,
             query_terms=term_weights(context, weights),
             window=weights.as_dict(context.turns_used) if has_context(context) else None,
+            floor_similarities=floor_sims,
         )
         prefiltered, in_scope = entry.prefiltered(scope), entry.in_scope_count(scope)
     selection = rerank(short)  # the cross-encoder's stage, the table no longer held

@@ -3,8 +3,10 @@
 Every component is computed and recorded for every candidate, whatever its weight, so that a delivery's
 provenance says exactly what produced its position.
 
-- similarity: cosine of the context-window and memory embeddings (unit vectors), clipped at 0.
-- keywords:   Okapi BM25 (k1=1.2, b=0.75) of the context-window terms against the memory's lexical field
+- similarity: cosine of the prompt's and the memory's embeddings (unit vectors), or of the whole context window's
+              less a margin when that is higher (core/ranking/query.py), clipped at 0.
+- keywords:   Okapi BM25 (k1=1.2, b=0.75) of the query's terms (a window's earlier turns' weigh less than its
+              prompt's, as a term's IDF times its weight) against the memory's lexical field
               (content terms + its explicit keywords counted KEYWORD_FIELD_WEIGHT times), divided by the best
               BM25 among the candidates of this query (max-normalisation, 0..1). `keywords_bm25` keeps the raw value.
 - scope:      1 when the memory's scope is the requested scope, 0 for global memories.
@@ -179,9 +181,10 @@ def plain_terms(query_text: str) -> dict[str, float]:
     return dict.fromkeys(terms(query_text), 1.0)
 
 
-def fuse_similarities(prompt: np.ndarray, window: np.ndarray, weight: float) -> np.ndarray:
-    """The prompt's cosine per slot, lifted by the window's at `weight`: the earlier turns can only add."""
-    return np.maximum(prompt, np.float32(weight) * window)
+def fuse_similarities(prompt: np.ndarray, window: np.ndarray, margin: float) -> np.ndarray:
+    """Per slot, the prompt's cosine or the whole window's less `margin`, whichever is higher: the earlier turns can
+    only add (core/ranking/query.py)."""
+    return np.maximum(prompt, window - np.float32(margin))
 
 
 class ScoringTable:
@@ -328,18 +331,21 @@ class ScoringTable:
             found = self._kinds[scope] = store_kind(texts)
         return found
 
-    def similarities(
-        self, query_vec: np.ndarray, window_vec: np.ndarray | None = None, window_weight: float = 0.0
-    ) -> np.ndarray:
-        """The cosine per slot of the query's vector (the prompt's), fused with the window's at `window_weight`
-        when there is one (core/ranking/query.py)."""
+    def similarities(self, query_vec: np.ndarray) -> np.ndarray:
+        """The cosine per slot of the query's vector."""
+        matrix = self.arrays().get("matrix")
+        return np.zeros(self.index.slots) if matrix is None else matrix @ query_vec
+
+    def window_similarities(
+        self, prompt_vec: np.ndarray, window_vec: np.ndarray, margin: float
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(what ranks, what the floor reads) for a context window with earlier turns (core/ranking/query.py): per
+        slot the prompt's cosine fused with the window's less `margin`, and the better of the two cosines."""
         matrix = self.arrays().get("matrix")
         if matrix is None:
-            return np.zeros(self.index.slots)
-        if window_vec is None or not window_weight:
-            return matrix @ query_vec
-        both = matrix @ np.stack([query_vec, window_vec], axis=1)
-        return fuse_similarities(both[:, 0], both[:, 1], window_weight)
+            return np.zeros(self.index.slots), np.zeros(self.index.slots)
+        both = matrix @ np.stack([prompt_vec, window_vec], axis=1)
+        return fuse_similarities(both[:, 0], both[:, 1], margin), np.maximum(both[:, 0], both[:, 1])
 
     def score(
         self,
@@ -354,11 +360,15 @@ class ScoringTable:
         neighbour_weight: float = 0.0,
         context_keywords: float = 0.0,
         query_terms: Mapping[str, float] | None = None,
+        floor_similarities=None,
     ) -> list[Scored]:
         """The best `top` in-scope memories (all when None), best first, ties broken by newer id, with every
         component. `similarities` is aligned with the slots (None when no embedding model is in play: 0).
         `query_terms`: BM25's query, term -> weight (None: every term of `query_text` at 1; a context window's
-        earlier turns weigh less than its prompt, core/ranking/query.py).
+        earlier turns weigh less than its prompt, core/ranking/query.py). `floor_similarities`: the similarity the
+        `relevance` the composite floor reads is made of, when it is not the one that ranks (a window's: its
+        cosine without the margin, so that the earlier turns keep a prompt that says nothing by itself from
+        abstaining while the prompt still ranks first).
 
         `context_keywords` (a ranking profile's, 0 by default): that weight of the BM25 of each memory's field
         joined with its previous neighbour's (a reply with the turn it answers), max-normalised over the scope like
@@ -424,6 +434,10 @@ class ScoringTable:
             total = total + neighbour_weight * neighbour
             scope_part = scope_part * (1 + neighbour_weight)  # the neighbour's score carries its scope part too
         relevance = total - scope_part  # what the floor reads: the scope alone never lifts a memory
+        if floor_similarities is not None and sims is not None and weights.get("similarity"):
+            lifted = np.asarray(floor_similarities, dtype=np.float32)
+            gap = np.clip(lifted, 0, None) - np.clip(sims, 0, None)
+            relevance = relevance + weights["similarity"] * np.where(a["has_embedding"], np.clip(gap, 0, None), 0.0)
         total = np.where(mask, total, -np.inf)
         want = n_in if top is None else min(top, n_in)
         if want < n:
