@@ -77,6 +77,19 @@ _SETTINGS = [
     ),
     Setting("CONTEXT_MAX_TURNS", 3, int, "Earlier transcript turns added to the context window."),
     Setting("CONTEXT_MAX_CHARS", 2000, int, "Character bound of the cleaned context window."),
+    Setting(
+        "CONTEXT_SIMILARITY_MARGIN",
+        0.15,
+        float,
+        "The window's earlier turns in the similarity: max(the prompt's cosine, the whole window's minus this); "
+        "0..1, 1: the prompt's alone.",
+    ),
+    Setting(
+        "CONTEXT_TERM_WEIGHT",
+        0.2,
+        float,
+        "Weight of the earlier turns' terms in the keywords' BM25 (0..1); the prompt's terms weigh 1.",
+    ),
     Setting("CONFIDENCE_PRIOR_POS", 3.0, float, "Beta prior pseudo-count for corroboration (new memory: 0.75)."),
     Setting("CONFIDENCE_PRIOR_NEG", 1.0, float, "Beta prior pseudo-count for contradiction."),
     Setting("INJECTION_MAX_CHARS", 10000, int, "Upper bound of the printed injection block (Claude Code's limit)."),
@@ -259,6 +272,8 @@ GROUPS: list[tuple[str, list[str]]] = [
             "COMPOSITE_FLOOR",
             "CONTEXT_MAX_TURNS",
             "CONTEXT_MAX_CHARS",
+            "CONTEXT_SIMILARITY_MARGIN",
+            "CONTEXT_TERM_WEIGHT",
             "INJECTION_MAX_CHARS",
         ],
     ),

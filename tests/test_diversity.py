@@ -178,7 +178,7 @@ def test_without_the_near_copy_nothing_is_passed_over(cli, monkeypatch):
 
 @pytest.mark.usefixtures("real_model")
 def test_with_the_real_model_the_demo_pair_is_kept_apart(cli, demo_store):
-    """all-MiniLM-L6-v2 puts the pair at cosine 0.83, under both the write-time 0.95 and the injection 0.90: the
+    """all-MiniLM-L6-v2 puts the pair at cosine 0.83, under both the write-time 0.95 and the injection 0.96: the
     term-set rule is what keeps them apart on the daemon path too."""
     data = _rank(cli)
     assert data["embed_model"] == "all-MiniLM-L6-v2"

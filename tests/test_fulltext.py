@@ -529,6 +529,51 @@ def test_the_fallback_ranks_as_the_table_whatever_the_weights(overrides, monkeyp
     assert _compare(_queries([e["content"] for e in entries], 12, seed=8), [None, "alpha", "global"], Settings())
 
 
+def _compare_windows(queries: list[str], scopes: list[str | None], settings: Settings, tmp_path) -> int:
+    """_compare with each prompt after two earlier exchanges of other queries (a transcript): the weighted query
+    (the earlier turns' terms at CONTEXT_TERM_WEIGHT) through MaxScore's bounds and the stored counts."""
+    table, fallback = _table_engine(), _fallback()
+    compared = 0
+    for i, query in enumerate(queries):
+        rows = []
+        for j in (1, 2):
+            rows.append({"type": "user", "uuid": f"u{j}", "message": {"role": "user", "content": queries[i - j]}})
+            text = queries[i - j - 2][:200]
+            content = [{"type": "text", "text": text}]
+            rows.append(
+                {
+                    "type": "assistant",
+                    "uuid": f"a{j}",
+                    "message": {"id": f"m{j}", "role": "assistant", "content": content},
+                }
+            )
+        path = tmp_path / f"{i}.jsonl"
+        path.write_text("\n".join(orjson.dumps(r).decode() for r in rows) + "\n")
+        scope = scopes[i % len(scopes)]
+        request = PromptRequest(query, scope=scope, transcript=str(path), k=10, log=False, strict_scope=False)
+        want, got = prompt_turn(request, settings, table), prompt_turn(request, settings, fallback)
+        assert (
+            want.context.earlier and want.items[0].components["window"]["term_weight"] == settings.CONTEXT_TERM_WEIGHT
+        )
+        _same_or_tied(want, got)
+        compared += bool(want.items)
+    return compared
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"score_w_confidence": 0.1}, {"keyword_field_weight": 3}, {"rank_profile": "dialog"}],
+    ids=["maxscore", "every-memory", "keyword-weight-3", "dialog-profile"],
+)
+def test_the_fallback_ranks_a_window_as_the_table_does(overrides, monkeypatch, tmp_path):
+    for name, value in overrides.items():
+        monkeypatch.setenv(f"CAIRN_{name.upper()}", str(value))
+    entries = _generated(400, seed=4)
+    _store(entries)
+    queries = _queries([e["content"] for e in entries], 12, seed=9)
+    assert _compare_windows(queries, [None, "alpha", "global"], Settings(), tmp_path) >= 10
+
+
 @pytest.mark.parametrize("profile", ["default", "dialog"])
 def test_the_fallback_ranks_as_the_rank_engines_table_on_locomo(profile, monkeypatch):
     """Real conversational text: the dialog turns (each LoCoMo session a cairn session: the dialog profile's

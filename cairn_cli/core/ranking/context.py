@@ -5,6 +5,8 @@ first ("user: ..." / "assistant: ..."), so that models that truncate long inputs
 thinking, system reminders, slash-command chatter, IDE wrappers, and cairn's own injected block and [cm]
 answers are dropped (cairn must never rank on its own output). Whitespace is folded; the whole is bounded by
 CONTEXT_MAX_CHARS. Its key is the first 16 hex digits of its SHA-256: the same window, the same key.
+`earlier` keeps the earlier pieces apart, (role, text) newest first, as the window holds them: the ranking reads the
+prompt as the query and the earlier turns as context that can only add to it (core/ranking/query.py).
 Stdlib only (hot path).
 """
 
@@ -35,6 +37,7 @@ class ContextWindow:
     prompt: str
     turns_used: int = 0
     notes: list[str] = field(default_factory=list)
+    earlier: list[tuple[str, str]] = field(default_factory=list)  # (role, text) after the prompt, newest first
 
 
 def clean(text: str) -> str:
@@ -81,6 +84,7 @@ def build_context_window(
         raise InvalidInput("the prompt is empty", "pass the prompt as an argument or on stdin")
     cleaned_prompt = clean(prompt)[:max_chars]
     parts = [cleaned_prompt]
+    pieces: list[tuple[str, str]] = []
     used = 0
     notes: list[str] = []
     if transcript_path:
@@ -93,6 +97,7 @@ def build_context_window(
                 break
             piece = f"{role}: {text}"[: budget - 1]
             parts.append(piece)
+            pieces.append((role, piece[len(role) + 2 :]))
             budget -= len(piece) + 1
             if role == "user":
                 users_seen += 1
@@ -100,4 +105,6 @@ def build_context_window(
         if not earlier:
             notes.append("transcript had no earlier turns")
     text = " ".join(parts)
-    return ContextWindow(text=text, key=context_key(text), prompt=cleaned_prompt, turns_used=used, notes=notes)
+    return ContextWindow(
+        text=text, key=context_key(text), prompt=cleaned_prompt, turns_used=used, notes=notes, earlier=pieces
+    )

@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import heapq
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import orjson
 
@@ -126,6 +126,9 @@ class IndexedTable:
         """None: no model, no embeddings (the near-duplicate skip tells repeats by their text alone)."""
         return None
 
+    def window_similarities(self, prompt_vec, window_vec, margin: float) -> tuple[None, None]:
+        return None, None
+
     def kind(self, scope: str | None) -> None:
         """Unknown: the fallback reads only the query's terms' postings, not the scope's memories, so `auto` ranks
         with the default profile here (lexically, as the daemon's BM25 does)."""
@@ -144,6 +147,8 @@ class IndexedTable:
         neighbour_weight: float = 0.0,
         context_keywords: float = 0.0,  # the dialog profile's joined keywords: the daemon's alone (pipeline.py)
         coverage: bool = False,  # and its floor's coverage factor
+        query_terms: Mapping[str, float] | None = None,
+        floor_similarities=None,  # no similarity here
     ) -> list[Scored]:
         for name in weights:
             if name not in COMPONENTS:
@@ -155,7 +160,10 @@ class IndexedTable:
             return []
         from cairn_cli.db import fulltext as sql
 
-        query = sorted(set(terms(query_text)))
+        # BM25's query: term -> weight (a context window's earlier turns weigh less than its prompt); a term's
+        # weight scales its IDF, so that MaxScore's bounds and every stored-count completion carry it
+        weight_of = dict.fromkeys(terms(query_text), 1.0) if query_terms is None else dict(query_terms)
+        weight_of = {t: w for t, w in weight_of.items() if w > 0}
         every_memory = bool(weights.get("confidence") or weights.get("recency"))
         source: _Source = _IndexSource(entry.prefilter) if entry.rows is None else _RowSource(entry)
         stats = _Stats(entry.scope_rows, entry.prefilter, entry.weight)
@@ -174,9 +182,9 @@ class IndexedTable:
         idf: dict[str, float] = {}
         for scopes, is_requested in _groups(scope):
             if fast:
-                got = _maxscore(source, stats, query, scopes, depth, entry.prefilter, idf)
+                got = _maxscore(source, stats, weight_of, scopes, depth, entry.prefilter, idf)
             else:
-                got = _exhaustive(source, stats, query, scopes, depth, entry, every_memory, idf)
+                got = _exhaustive(source, stats, weight_of, scopes, depth, entry, every_memory, idf)
             bm25.update(got)
             if is_requested:
                 bonus.update(got)
@@ -307,6 +315,11 @@ class _RowSource(_Source):
 # --- BM25 ------------------------------------------------------------------------------------------------------
 
 
+def _weighted(idf: float, weight: float) -> float:
+    """A query term's IDF at its weight in the query (at 1, exactly the IDF), as scoring.py's."""
+    return idf if weight == 1.0 else idf * weight
+
+
 def _doc_bm25(doc: Doc, idf: dict[str, float], weight: int, avgdl: float) -> float:
     """BM25 of one index row for the terms of `idf`."""
     counts = orjson.loads(doc.terms)
@@ -324,14 +337,15 @@ def _doc_bm25(doc: Doc, idf: dict[str, float], weight: int, avgdl: float) -> flo
 def _maxscore(
     source: _Source,
     stats: _Stats,
-    query: list[str],
+    query: Mapping[str, float],
     scopes: list[str] | None,
     k: int,
     prefilter: bool,
     idf: dict[str, float],
 ) -> dict[int, float]:
     """Exact BM25 of one scope group's top `k` (by BM25, then newer id) and of its `k` newest memories, reading
-    only the postings that can change the top k (the postings are at FULLTEXT_KEYWORD_WEIGHT). Fills `idf`."""
+    only the postings that can change the top k (the postings are at FULLTEXT_KEYWORD_WEIGHT). `query`: term ->
+    weight. Fills `idf` (each term's IDF at its weight)."""
     from cairn_cli.db import fulltext as sql
 
     weight = search_index.FULLTEXT_KEYWORD_WEIGHT
@@ -341,10 +355,10 @@ def _maxscore(
     plan: list[tuple[float, str]] = []  # (the most one memory can get from the term, the term), largest first
     tf_ceiling: dict[str, int] = {}
     doc_freq: dict[str, int] = {}
-    for term, (df, df_meta, tf_max, dl_min) in sql.term_stats(query).items():
+    for term, (df, df_meta, tf_max, dl_min) in sql.term_stats(sorted(query)).items():
         full_df = df + (0 if prefilter else df_meta)
         if full_df:
-            idf[term] = stats.idf(full_df)
+            idf[term] = _weighted(stats.idf(full_df), query[term])
         if df:  # postings exist: tf <= tf_max and length >= dl_min over them
             plan.append((idf[term] * tf_max * (BM25_K1 + 1) / (tf_max + c1 + c2 * dl_min), term))
             tf_ceiling[term] = tf_max
@@ -424,7 +438,7 @@ def _maxscore(
 def _exhaustive(
     source: _Source,
     stats: _Stats,
-    query: list[str],
+    query: Mapping[str, float],
     scopes: list[str] | None,
     k: int,
     entry: IndexedEntry,
@@ -434,9 +448,9 @@ def _exhaustive(
     """Exact BM25 of every memory of one scope group that contains a query term, and of its `k` newest (of all of
     them when `every_memory`); the document frequencies are counted from the rows (any keyword weight). Fills `idf`."""
     weight = entry.weight
-    df: dict[str, int] = dict.fromkeys(query, 0)
+    df: dict[str, int] = dict.fromkeys(sorted(query), 0)
     hits = []
-    for doc in source.containing(query):
+    for doc in source.containing(list(df)):
         if doc.meta and entry.prefilter:
             continue
         counts = orjson.loads(doc.terms)
@@ -448,7 +462,7 @@ def _exhaustive(
                 hit = True
         if hit:
             hits.append(doc)
-    idf.update({t: stats.idf(n) for t, n in df.items() if n})
+    idf.update({t: _weighted(stats.idf(n), query[t]) for t, n in df.items() if n})
     wanted = None if scopes is None else set(scopes)
     out = {d.memory_id: _doc_bm25(d, idf, weight, stats.avgdl) for d in hits if wanted is None or d.scope in wanted}
     if every_memory:

@@ -8,6 +8,7 @@ index, no numpy) both implement `ScoreTable`; the hook's hot path imports this m
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -71,7 +72,10 @@ def lexical_field(candidate: Candidate, keyword_weight: int) -> list[str]:
 
 class ScoreTable(Protocol):
     """A store's memories as the pipeline scores them: the best `top` in scope, best first, every component;
-    `similarities` aligns a query embedding's cosines with the table (None: the table has no embeddings);
+    `similarities` aligns a query embedding's cosines with the table (None: the table has no embeddings),
+    `window_similarities` a context window's (the prompt's fused with the window's, and what the floor reads);
+    `query_terms` weighs BM25's query terms (None: every term of the text at 1); `floor_similarities`: what the
+    floor's relevance reads of the similarity when it is not what ranks;
     `cosines` gives the memories' own embeddings' cosines between each other, what the near-duplicate skip
     reads (diversity.py; None: no embeddings)."""
 
@@ -80,6 +84,7 @@ class ScoreTable(Protocol):
     def similarities(self, query_vec): ...
 
     def cosines(self, memory_ids: list[int]) -> dict[int, dict[int, float]] | None: ...
+    def window_similarities(self, prompt_vec, window_vec, margin: float): ...
 
     def kind(self, scope: str | None) -> str | None: ...
 
@@ -96,4 +101,6 @@ class ScoreTable(Protocol):
         neighbour_weight: float = 0.0,
         context_keywords: float = 0.0,
         coverage: bool = False,
+        query_terms: Mapping[str, float] | None = None,
+        floor_similarities=None,
     ) -> list[Scored]: ...

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from cairn_cli.config import Settings
@@ -77,9 +78,15 @@ def shortlist(
     floor: float = 0.0,
     explore: float = 0.0,
     repeats: Rule = SHIPPED,
+    query_terms: Mapping[str, float] | None = None,
+    window: dict | None = None,
+    floor_similarities=None,
 ) -> Shortlist:
-    """The composite's scores of the memories in scope and its floor (see `select`); `repeats`: the near-duplicate
-    test's thresholds (core/ranking/diversity.py: the shipped ones; benchmarks sweep others)."""
+    """The composite's scores of the memories in scope and its floor (see `select`). `repeats`: the near-duplicate
+    test's thresholds (core/ranking/diversity.py: the shipped ones; benchmarks sweep others); `query_terms`: BM25's
+    query (term -> weight; None: every term of `query` at 1); `window`: how the context window's earlier turns were
+    weighed (core/ranking/query.py), recorded with every delivery; `floor_similarities`: the similarity the floor's
+    relevance reads when it is not the one that ranks (scoring.py)."""
     plan = getattr(reranker, "plan", None) if reranker is not None else None
     notes = []
     if plan and plan.get("skipped"):
@@ -103,6 +110,8 @@ def shortlist(
             # neighbour's keywords through the neighbour share, and the fallback ranks exactly as this table then does
             context_keywords=profile.context_keywords if similarities is not None else 0.0,
             coverage=profile.coverage and similarities is not None,
+            query_terms=query_terms,
+            floor_similarities=floor_similarities if similarities is not None else None,
         )
         # the composite floor reads the relevance part of the score (the composite without its scope part, which
         # alone lifts every memory in scope above zero); floor off (0) keeps every positive composite
@@ -125,6 +134,8 @@ def shortlist(
         s.components["profile"] = profile.name
         s.components["profile_by"] = profile.chosen_by
         s.components["composite_floor"] = floor
+        if window:
+            s.components["window"] = window
         if plan:
             s.components["rerank_plan"] = {key: plan.get(key) for key in PLAN_FIELDS}
     return Shortlist(

@@ -14,6 +14,7 @@ from cairn_cli.core.ranking.engine import RankEngine
 from cairn_cli.core.ranking.pipeline import Selection, rerank, shortlist
 from cairn_cli.core.ranking.profiles import composite_floor
 from cairn_cli.core.ranking.profiles import profile as get_profile
+from cairn_cli.core.ranking.query import embed_texts, has_context, term_weights, window_weights
 from cairn_cli.errors import InvalidInput
 
 
@@ -67,17 +68,25 @@ def rank(query: RankQuery, settings: Settings, engine: RankEngine, clock: Clock 
             )
         notes.append(f"scope {scope!r} has no memories yet: global memories only")
         scope = GLOBAL_SCOPE
-    query_vec = None
+    # the prompt is the query, the earlier turns context that can only add (core/ranking/query.py): one vector for
+    # the prompt alone, two (prompt, window) in one call when there are earlier turns
+    weights = window_weights(settings)
+    vecs = None
     if engine.encoder is not None and len(entry.table):
-        query_vec = engine.embed([context.text])[0]
+        vecs = engine.embed(embed_texts(context, weights))
         clock.lap("embed")
     with engine.reading(entry):  # the table as it is: no refresh applies rows while the composite reads it
         profile = get_profile(settings, kind=entry.table.kind(scope))  # auto: the scope's kind of store
         floor, _ = composite_floor(settings, profile.name, engine.embed_model)
+        sims = floor_sims = None
+        if vecs is not None and len(vecs) > 1:  # the floor reads the window's cosine without the margin (query.py)
+            sims, floor_sims = entry.table.window_similarities(vecs[0], vecs[1], weights.margin)
+        elif vecs is not None:
+            sims = entry.table.similarities(vecs[0])
         short = shortlist(
             entry.table,
             context.text,
-            None if query_vec is None else entry.table.similarities(query_vec),
+            sims,
             scope=scope,
             k=query.k,
             settings=settings,
@@ -87,6 +96,9 @@ def rank(query: RankQuery, settings: Settings, engine: RankEngine, clock: Clock 
             profile=profile,
             floor=floor,
             explore=settings.EXPLORE_RATE if query.explore else 0.0,
+            query_terms=term_weights(context, weights),
+            window=weights.as_dict(context.turns_used) if has_context(context) else None,
+            floor_similarities=floor_sims,
         )
         prefiltered, in_scope = entry.prefiltered(scope), entry.in_scope_count(scope)
     selection = rerank(short)  # the cross-encoder's stage, the table no longer held

@@ -3,8 +3,10 @@
 Every component is computed and recorded for every candidate, whatever its weight, so that a delivery's
 provenance says exactly what produced its position.
 
-- similarity: cosine of the context-window and memory embeddings (unit vectors), clipped at 0.
-- keywords:   Okapi BM25 (k1=1.2, b=0.75) of the context-window terms against the memory's lexical field
+- similarity: cosine of the prompt's and the memory's embeddings (unit vectors), or of the whole context window's
+              less a margin when that is higher (core/ranking/query.py), clipped at 0.
+- keywords:   Okapi BM25 (k1=1.2, b=0.75) of the query's terms (a window's earlier turns' weigh less than its
+              prompt's, as a term's IDF times its weight) against the memory's lexical field
               (content terms + its explicit keywords counted KEYWORD_FIELD_WEIGHT times), divided by the best
               BM25 among the candidates of this query (max-normalisation, 0..1). `keywords_bm25` keeps the raw value.
 - scope:      1 when the memory's scope is the requested scope, 0 for global memories.
@@ -17,6 +19,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections import Counter
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
@@ -119,10 +122,12 @@ class LexicalIndex:
         df = len(self._docs.get(term, ()))
         return math.log(1.0 + (self.n - df + 0.5) / (df + 0.5))
 
-    def scores_with_previous(self, query_terms: list[str], prev: np.ndarray, alive: np.ndarray) -> np.ndarray:
+    def scores_with_previous(
+        self, query_terms: Mapping[str, float] | Iterable[str], prev: np.ndarray, alive: np.ndarray
+    ) -> np.ndarray:
         """BM25 per slot of the slot's field joined with its previous slot's (`prev`: that slot, -1 for none): a
         reply scored with the turn it answers. Term and length counts add up (the average length is the live
-        slots' joined one); IDF is the index's."""
+        slots' joined one); IDF is the index's. `query_terms`: term -> its weight in the query (terms alone: 1)."""
         n = self.slots
         out = np.zeros(n, dtype=np.float32)
         if not self.n:
@@ -134,42 +139,64 @@ class LexicalIndex:
         lengths = self._lengths_arr + np.where(has_prev, self._lengths_arr[before], np.float32(0))
         avg = float(lengths[alive].mean()) if alive.any() else 1.0
         norm = BM25_K1 * (1 - BM25_B + BM25_B * lengths / avg)
-        for term in set(query_terms):
+        for term, weight in _as_weights(query_terms).items():
             post = self._postings(term)
-            if post is None:
+            if post is None or not weight:
                 continue
             tf = np.zeros(n, dtype=np.float32)
             tf[post[0]] = post[1]
             joined = tf + np.where(has_prev, tf[before], np.float32(0))
-            out += self.idf(term) * joined * (BM25_K1 + 1) / (joined + norm)
+            out += _weighted(self.idf(term), weight) * joined * (BM25_K1 + 1) / (joined + norm)
         return out
 
-    def coverage(self, query_terms: list[str]) -> float:
+    def coverage(self, query_terms: Mapping[str, float] | Iterable[str]) -> float:
         """How much of the query the store knows: the IDF-weighted share of its distinct terms found in the index
-        (an unknown term weighs the most, df 0). 0 for a query without terms. A question about people and things a
-        store never mentions (another conversation's, another store's) covers little of it."""
-        wanted = set(query_terms)
+        (an unknown term weighs the most, df 0; a term's query weight scales it: a context window's earlier turns
+        count less than the prompt). 0 for a query without terms. A question about people and things a store never
+        mentions (another conversation's, another store's) covers little of it."""
+        wanted = dict(query_terms) if isinstance(query_terms, Mapping) else dict.fromkeys(query_terms, 1.0)
         if not wanted:
             return 0.0
-        weights = {t: self.idf(t) for t in wanted}
+        weights = {t: w * self.idf(t) for t, w in wanted.items()}
         total = sum(weights.values())
         return sum(w for t, w in weights.items() if t in self._docs) / total if total else 0.0
 
-    def scores(self, query_terms: list[str]) -> np.ndarray:
-        """BM25 per slot (removed slots score 0)."""
+    def scores(self, query_terms: Mapping[str, float] | Iterable[str]) -> np.ndarray:
+        """BM25 per slot (removed slots score 0); `query_terms`: term -> its weight in the query (terms alone, or
+        every weight 1: plain BM25)."""
         out = np.zeros(self.slots, dtype=np.float32)
         if not self.n:
             return out
         if self._lengths_arr is None:
             self._lengths_arr = np.asarray(self._lengths, dtype=np.float32)
         norm = BM25_K1 * (1 - BM25_B + BM25_B * self._lengths_arr / (self.avgdl or 1.0))
-        for term in set(query_terms):
+        for term, weight in _as_weights(query_terms).items():
             post = self._postings(term)
-            if post is None:
+            if post is None or not weight:
                 continue
             docs, tf = post
-            out[docs] += self.idf(term) * tf * (BM25_K1 + 1) / (tf + norm[docs])
+            out[docs] += _weighted(self.idf(term), weight) * tf * (BM25_K1 + 1) / (tf + norm[docs])
         return out
+
+
+def _as_weights(query_terms: Mapping[str, float] | Iterable[str]) -> Mapping[str, float]:
+    return query_terms if isinstance(query_terms, Mapping) else dict.fromkeys(query_terms, 1.0)
+
+
+def _weighted(idf: float, weight: float) -> float:
+    """A query term's IDF at its weight in the query (at 1, exactly the IDF: the prompt alone ranks as it always did)."""
+    return idf if weight == 1.0 else idf * weight
+
+
+def plain_terms(query_text: str) -> dict[str, float]:
+    """Every term of `query_text` at weight 1, in the order first seen: plain BM25's query."""
+    return dict.fromkeys(terms(query_text), 1.0)
+
+
+def fuse_similarities(prompt: np.ndarray, window: np.ndarray, margin: float) -> np.ndarray:
+    """Per slot, the prompt's cosine or the whole window's less `margin`, whichever is higher: the earlier turns can
+    only add (core/ranking/query.py)."""
+    return np.maximum(prompt, window - np.float32(margin))
 
 
 class ScoringTable:
@@ -328,6 +355,7 @@ class ScoringTable:
         return found
 
     def similarities(self, query_vec: np.ndarray) -> np.ndarray:
+        """The cosine per slot of the query's vector."""
         matrix = self.arrays().get("matrix")
         return np.zeros(self.index.slots) if matrix is None else matrix @ query_vec
 
@@ -347,6 +375,17 @@ class ScoringTable:
         sims = (rows @ rows.T).tolist()
         return {a: dict(zip(ids, row)) for a, row in zip(ids, sims)}
 
+    def window_similarities(
+        self, prompt_vec: np.ndarray, window_vec: np.ndarray, margin: float
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(what ranks, what the floor reads) for a context window with earlier turns (core/ranking/query.py): per
+        slot the prompt's cosine fused with the window's less `margin`, and the better of the two cosines."""
+        matrix = self.arrays().get("matrix")
+        if matrix is None:
+            return np.zeros(self.index.slots), np.zeros(self.index.slots)
+        both = matrix @ np.stack([prompt_vec, window_vec], axis=1)
+        return fuse_similarities(both[:, 0], both[:, 1], margin), np.maximum(both[:, 0], both[:, 1])
+
     def score(
         self,
         query_text: str,
@@ -360,9 +399,16 @@ class ScoringTable:
         neighbour_weight: float = 0.0,
         context_keywords: float = 0.0,
         coverage: bool = False,
+        query_terms: Mapping[str, float] | None = None,
+        floor_similarities=None,
     ) -> list[Scored]:
         """The best `top` in-scope memories (all when None), best first, ties broken by newer id, with every
         component. `similarities` is aligned with the slots (None when no embedding model is in play: 0).
+        `query_terms`: BM25's query, term -> weight (None: every term of `query_text` at 1; a context window's
+        earlier turns weigh less than its prompt, core/ranking/query.py). `floor_similarities`: the similarity the
+        `relevance` the composite floor reads is made of, when it is not the one that ranks (a window's: its
+        cosine without the margin, so that the earlier turns keep a prompt that says nothing by itself from
+        abstaining while the prompt still ranks first).
 
         `context_keywords` (a ranking profile's, 0 by default): that weight of the BM25 of each memory's field
         joined with its previous neighbour's (a reply with the turn it answers), max-normalised over the scope like
@@ -381,7 +427,8 @@ class ScoringTable:
         if n_in == 0:
             return []
         now_ts = (now or utcnow()).timestamp()
-        bm25 = np.where(mask, self.index.scores(terms(query_text)), np.float32(0))
+        query = plain_terms(query_text) if query_terms is None else query_terms
+        bm25 = np.where(mask, self.index.scores(query), np.float32(0))
         best = float(bm25.max()) or 1.0
         n = len(mask)
         sims = None if similarities is None else np.asarray(similarities, dtype=np.float32)
@@ -420,9 +467,7 @@ class ScoringTable:
                     scope_part = part
         joined = None
         if context_keywords:
-            joined = np.where(
-                mask, self.index.scores_with_previous(terms(query_text), a["prev"], a["alive"]), np.float32(0)
-            )
+            joined = np.where(mask, self.index.scores_with_previous(query, a["prev"], a["alive"]), np.float32(0))
             total += context_keywords * joined / (float(joined.max()) or 1.0)
         neighbour = np.zeros(n, dtype=np.float64)
         if neighbour_weight:
@@ -433,7 +478,11 @@ class ScoringTable:
             total = total + neighbour_weight * neighbour
             scope_part = scope_part * (1 + neighbour_weight)  # the neighbour's score carries its scope part too
         relevance = total - scope_part  # what the floor reads: the scope alone never lifts a memory
-        known = self.index.coverage(terms(query_text)) if coverage else None
+        if floor_similarities is not None and sims is not None and weights.get("similarity"):
+            lifted = np.asarray(floor_similarities, dtype=np.float32)
+            gap = np.clip(lifted, 0, None) - np.clip(sims, 0, None)
+            relevance = relevance + weights["similarity"] * np.where(a["has_embedding"], np.clip(gap, 0, None), 0.0)
+        known = self.index.coverage(query_terms if query_terms is not None else terms(query_text)) if coverage else None
         if known is not None:
             relevance = relevance * known
         total = np.where(mask, total, -np.inf)
