@@ -149,11 +149,10 @@ def composite_system(store: Store, query: Query) -> np.ndarray:
     return np.array([sc.candidate.id for sc in _composite_scored(store, query)[1]])
 
 
-def cairn_system(
-    store: Store, query: Query, profile_name: str = "auto", changes: dict[str, Any] | None = None
-) -> np.ndarray:
-    """The shipped default: the profile of the store's kind (core/ranking/kinds.py, profiles.py), scored as
-    core/ranking/pipeline.py scores (full ranking); `profile_name` forces one instead, `changes` alters it."""
+def _scored(store: Store, query: Query, profile_name: str = "auto", changes: dict[str, Any] | None = None) -> list:
+    """The shipped default's scored memories, best first: the profile of the store's kind (core/ranking/kinds.py,
+    profiles.py), scored as core/ranking/pipeline.py scores (full ranking); `profile_name` forces one instead,
+    `changes` alters it."""
     from dataclasses import replace
 
     from cairn_cli.core.ranking.profiles import profile
@@ -162,7 +161,7 @@ def cairn_system(
     p = profile(s, profile_name, kind=table.kind(None))
     if changes and p.name != "default":
         p = replace(p, **changes)
-    scored = table.score(
+    return table.score(
         query.text,
         cosine(store, query),
         scope=None,
@@ -172,7 +171,13 @@ def cairn_system(
         neighbour_weight=p.neighbour_weight,
         context_keywords=p.context_keywords,
     )
-    return np.array([sc.candidate.id for sc in scored])
+
+
+def cairn_system(
+    store: Store, query: Query, profile_name: str = "auto", changes: dict[str, Any] | None = None
+) -> np.ndarray:
+    """The shipped default's ranking (see `_scored`)."""
+    return np.array([sc.candidate.id for sc in _scored(store, query, profile_name, changes)])
 
 
 def _default_scores(store: Store, text: str, vec: np.ndarray) -> np.ndarray:
@@ -181,21 +186,8 @@ def _default_scores(store: Store, text: str, vec: np.ndarray) -> np.ndarray:
 
 
 def _default_scores_of(store: Store, query: Query) -> np.ndarray:
-    from cairn_cli.core.ranking.profiles import profile
-
-    s, table = store.cached("cairn", _cairn_table)
-    p = profile(s, "auto", kind=table.kind(None))
     out = np.zeros(len(store.texts))
-    for sc in table.score(
-        query.text,
-        cosine(store, query),
-        scope=None,
-        weights=p.weights,
-        half_life_days=s.RECENCY_HALF_LIFE_DAYS,
-        now=NOW,
-        neighbour_weight=p.neighbour_weight,
-        context_keywords=p.context_keywords,
-    ):
+    for sc in _scored(store, query):
         out[sc.candidate.id] = sc.score
     return out
 
