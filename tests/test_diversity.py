@@ -39,7 +39,7 @@ def _scored(i: int, content: str, kind: str = "fact", keywords=(), score: float 
         (
             "the staging deploy runs from the staging branch",
             "deploys to staging run from the staging branch",
-            0.95,
+            0.97,
             "cosine",
         ),
         (
