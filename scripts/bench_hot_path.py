@@ -340,6 +340,9 @@ def main() -> int:
     ap.add_argument("--student-layers", type=int, default=None, help="a shallower student (default: all 6 layers)")
     ap.add_argument("--name", default="hot_path", help="results file name in --out")
     ap.add_argument("--out", default=str(ROOT / "bench"))
+    ap.add_argument(
+        "--plans", default=",".join(PLANS), help="rerank plans measured (empty: the composite and fallback)"
+    )
     args = ap.parse_args()
     if args.rank_profile:
         RUN_ENV["CAIRN_RANK_PROFILE"] = args.rank_profile
@@ -369,7 +372,10 @@ def main() -> int:
             row["daemon_composite"] = stats(timed(rank_cmd(), env_c, args.runs, bare=beside), beside)
             # composite + the student's rerank stage (same daemon, reranker on): the budgeted plan, then the
             # unbudgeted stage; and what Claude Code runs, the hook (rules, A/B draw, hook_state), on each
+            env_r = env_c
             for name, (extra, _) in PLANS.items():
+                if name not in args.plans.split(","):
+                    continue
                 env_r = env_for(home, **extra)
                 plan = wait_for_plan(home, env_r, float(extra["CAIRN_RERANK_BUDGET_MS"]))
                 # warm: with a budget, stage calls until the daemon's learnt p95 margin (core/ranking/plan.py) has
@@ -436,6 +442,7 @@ def write(results: dict, out: Path, args, sizes: list[int]) -> None:
         f"- date: {dt.datetime.now().isoformat(timespec='seconds')}; machine: {results['cores']} cores, no GPU; "
         f"CPU flags: {results['cpu_flags']}",
         f"- command: `python scripts/bench_hot_path.py --sizes {args.sizes} --runs {args.runs}`"
+        + (f" --plans '{args.plans}'" if args.plans != ",".join(PLANS) else "")
         + (f" --student-layers {args.student_layers}" if args.student_layers else ""),
         f"- student: the bundled MiniLM + a fresh head, {args.student_layers or 6} transformer layers",
         f"- context: prompt + the last turns of a real transcript ({TRANSCRIPT.name}), k=5, deliveries logged; "
@@ -453,6 +460,8 @@ def write(results: dict, out: Path, args, sizes: list[int]) -> None:
         row = results["sizes"][n]
         labels = [("daemon_composite", "daemon, composite only")]
         for name, (_, what) in PLANS.items():
+            if f"daemon_rerank_{name}" not in row:
+                continue
             used = row[f"daemon_rerank_{name}"].get("plan") or {
                 "precision": "fp32",
                 "candidates": 20,
@@ -478,6 +487,8 @@ def write(results: dict, out: Path, args, sizes: list[int]) -> None:
     ]
     for n in sizes:
         for name, (_, what) in PLANS.items():
+            if f"stage_{name}" not in results["sizes"][n]:
+                continue
             s = results["sizes"][n][f"stage_{name}"]
             if s.get("n"):
                 lines.append(f"| {n:,} | {what} | {s['p50_ms']} | {s['p95_ms']} |")
