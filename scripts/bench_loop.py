@@ -40,23 +40,12 @@ def bench_env(args) -> dict[str, str]:
     return {"CAIRN_RERANK_BUDGET_MS": str(args.budget_ms), "CAIRN_COMPOSITE_FLOOR": args.floor}
 
 
-def use_home(home: Path) -> None:
-    """Point this process's cairn at `home` (a fresh CAIRN_HOME) with the bundled embedding model."""
-    from cairn_cli import db
-
-    os.environ["CAIRN_HOME"] = str(home)
-    os.environ["CAIRN_EMBED_MODEL"] = "all-MiniLM-L6-v2"
-    for name in ("CAIRN_DB_URL", "CAIRN_EPHEMERAL_DB_URL"):
-        os.environ.pop(name, None)
-    db.close_all()
-
-
 def build_store(home: Path, convs: list[loopdata.Conversation]) -> dict[int, tuple[str, set[str]]]:
     """Import every conversation's observations into `home`'s store (embedded in process); memory id ->
     (conversation, the turn ids it stands for)."""
     import cairn_cli
 
-    use_home(home)
+    loopdata.use_home(home)
     store = cairn_cli.open_store(create=None)
     out: dict[int, tuple[str, set[str]]] = {}
     for conv in convs:
@@ -374,7 +363,7 @@ def evaluate_live(home: Path, queries: list[dict], *, composite: bool = False, r
     from cairn_cli.core.ranking.profiles import composite_floor
     from cairn_cli.core.ranking.profiles import profile as get_profile
 
-    use_home(home)
+    loopdata.use_home(home)
     store = cairn_cli.open_store(create=None)
     s = store.settings
     engine = store.engine(with_reranker=not composite and reranker is None)
@@ -499,7 +488,7 @@ def delivery_rankers(home: Path) -> dict:
     import cairn_cli
     from cairn_cli.db.tables import MemoryDelivery
 
-    use_home(home)
+    loopdata.use_home(home)
     cairn_cli.open_store(create=None)
     out: dict = {}
     for d in MemoryDelivery.select(
@@ -597,7 +586,7 @@ def store_map(home: Path, convs: list[loopdata.Conversation]) -> dict[int, tuple
     import cairn_cli
     from cairn_cli.db.tables import Memory
 
-    use_home(home)
+    loopdata.use_home(home)
     cairn_cli.open_store(create=None)
     turns = {(c.sample_id, text): ids for c in convs for text, ids in c.observations}
     out = {}
@@ -612,7 +601,7 @@ def shadow_student(home: Path, **options):
     import cairn_cli
     from cairn_cli.core.learning import gate
 
-    use_home(home)
+    loopdata.use_home(home)
     store = cairn_cli.open_store(create=None)  # `home`'s stores, not the ones bound before
     trained = {}
     judge = gate.judge

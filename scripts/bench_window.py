@@ -78,16 +78,6 @@ def part_of(conv: str) -> str:
 # -- the stores -------------------------------------------------------------------------------------------------
 
 
-def use_home(home: Path) -> None:
-    from cairn_cli import db
-
-    os.environ["CAIRN_HOME"] = str(home)
-    os.environ["CAIRN_EMBED_MODEL"] = "all-MiniLM-L6-v2"
-    for name in ("CAIRN_DB_URL", "CAIRN_EPHEMERAL_DB_URL"):
-        os.environ.pop(name, None)
-    db.close_all()
-
-
 def memory_lines(kind: str) -> list[tuple[dict, set[str]]]:
     """(a `memory import` line, the turn ids it stands for) of every dev conversation, one scope each."""
     out = []
@@ -110,7 +100,7 @@ def build_store(work: Path, kind: str) -> dict[int, tuple[str, set[str]]]:
 
     home = work / kind
     mapping = home / "memories.json"
-    use_home(home)
+    loopdata.use_home(home)
     if mapping.is_file():
         cairn_cli.open_store(create=None)
         return {int(k): (v[0], set(v[1])) for k, v in json.loads(mapping.read_text()).items()}
@@ -369,14 +359,20 @@ def set_queries(queries: list[dict], set_name: str, rel: dict, part: str | None 
     ]
 
 
+def stores(args, work: Path, queries: list[dict], eng: dict):
+    """Per store kind asked for: (the kind, each query's relevant memories), the store built and the queries'
+    vectors fetched first."""
+    for kind in args.stores.split(","):
+        rel = relevance(queries, build_store(work, kind))
+        prefetch(eng["composite"], queries)
+        yield kind, rel
+
+
 def evaluate(args, work: Path, queries: list[dict]) -> dict:
     """Every (floor, store, engine, set): R@5 per form, per part (dev, held-out, bench_loop's held-out, all)."""
     eng = engines(work)
     result: dict = {}
-    for kind in args.stores.split(","):
-        memories = build_store(work, kind)
-        rel = relevance(queries, memories)
-        prefetch(eng["composite"], queries)
+    for kind, rel in stores(args, work, queries, eng):
         for floor in args.floors.split(","):
             for name in args.engines.split(","):
                 for set_name in SETS:
@@ -422,10 +418,7 @@ def grid(args, work: Path, queries: list[dict]) -> dict:
     eng = engines(work)
     shipped = scoring.fuse_similarities
     out: dict = {}
-    for kind in args.stores.split(","):
-        memories = build_store(work, kind)
-        rel = relevance(queries, memories)
-        prefetch(eng["composite"], queries)
+    for kind, rel in stores(args, work, queries, eng):
         for floor in args.floors.split(","):
             for set_name in GRID_SETS:
                 qs = set_queries(queries, set_name, rel, "dev")

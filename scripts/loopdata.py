@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,17 @@ import locomo
 
 NAMESPACE = uuid.UUID("6b0c1f53-5a2e-4c4e-9a57-3c2d6e0e1f13")
 CLAUDE_VERSION = "2.1.39"
+
+
+def use_home(home: Path) -> None:
+    """Point this process's cairn at `home` (a fresh CAIRN_HOME) with the bundled embedding model."""
+    from cairn_cli import db
+
+    os.environ["CAIRN_HOME"] = str(home)
+    os.environ["CAIRN_EMBED_MODEL"] = "all-MiniLM-L6-v2"
+    for name in ("CAIRN_DB_URL", "CAIRN_EPHEMERAL_DB_URL"):
+        os.environ.pop(name, None)
+    db.close_all()
 
 
 def dia_ids(raw) -> set[str]:
