@@ -169,7 +169,6 @@ def delivery_groups(groups: list) -> None:
             "deliveries",
             "sessions",
             "graded",
-            "not asked",
             "mean grade",
             "grades 0/1/2/3",
             "hard neg",
@@ -187,8 +186,8 @@ def _group_row(g, methods: list[str]) -> dict:
         "reranker_model": g.reranker_model,
         "deliveries": g.deliveries,
         "sessions": g.sessions,
-        "graded": f"{g.graded} ({pct(g.graded_share)})",
-        "not asked": g.not_asked,
+        # the share is of the deliveries whose turn asked for grades; those of turns that asked none are apart
+        "graded": f"{g.graded} ({pct(g.graded_share)})" + (f", {g.not_asked} not asked" if g.not_asked else ""),
         "mean grade": "-" if g.mean_grade is None else f"{g.mean_grade:.2f}",
         "grades 0/1/2/3": "/".join(str(g.grade_hist[k]) for k in sorted(g.grade_hist)),
         "hard neg": g.hard_negatives,

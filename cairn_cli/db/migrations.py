@@ -430,7 +430,7 @@ def _student_versions(db: peewee.Database) -> None:
 
 
 def _deliveries_grade_propensity(db: peewee.Database) -> None:
-    """Teacher demotion (core/learning/demotion.py): the probability the delivery's turn asked the agent for grades
+    """Teacher demotion (core/experiment/grading.py): the probability the delivery's turn asked the agent for grades
     (what inverse-propensity weighting divides by) and whether it did. Old rows stay NULL: every turn was asked."""
     from playhouse.migrate import SchemaMigrator, migrate
 

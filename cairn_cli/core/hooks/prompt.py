@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 
 from cairn_cli import db
 from cairn_cli.config import Settings
+from cairn_cli.core.experiment import grading
 from cairn_cli.core.experiment import rules as generation_rules
 from cairn_cli.core.experiment.turn import TurnArm, draw
 from cairn_cli.core.hooks.request import PromptRequest
-from cairn_cli.core.learning import demotion
 from cairn_cli.core.ids import GLOBAL_SCOPE
 from cairn_cli.core.ranking.context import ContextWindow, build_context_window
 from cairn_cli.core.ranking.engine import RankEngine
@@ -115,7 +115,7 @@ def _checked_k(request: PromptRequest, settings: Settings) -> int:
             f"CAIRN_EXPLORE_RATE must be between 0 and 1 (got {settings.EXPLORE_RATE:g})",
             "set CAIRN_EXPLORE_RATE=0.1, or 0 to turn exploration off",
         )
-    demotion.rate_setting(settings)  # a bad CAIRN_GRADE_RATE is refused before anything is ranked
+    grading.rate_setting(settings)  # a bad CAIRN_GRADE_RATE is refused before anything is ranked
     return k
 
 
@@ -164,7 +164,7 @@ def _render(
     if request.with_rules and arm:
         live = arm.live
         if grade is not None and not grade.asked:  # a turn the teacher is not asked to grade: no rg instruction
-            live = generation_rules.Rules(live.version, demotion.ungraded_rules(live.text))
+            live = generation_rules.Rules(live.version, grading.ungraded_rules(live.text))
         rules_text = generation_rules.render(live, request.scope or GLOBAL_SCOPE)
     b_text = arm.b_text if arm else ""
     budget = settings.INJECTION_MAX_CHARS - sum(len(t) + 1 for t in (rules_text, b_text) if t)

@@ -1,127 +1,28 @@
-"""Teacher demotion (the seed's Phase 4): once a learner is auto-promote-safe, the prompt hook asks the agent to
-grade only a sampled share of turns; the rate rises back to 1.0 when the live learner stops agreeing with the fresh
-grades (the drift alarm). `CAIRN_GRADE_RATE` always wins. The method is written out in docs/learning.md.
-
-The prompt hook's part (`decide`, `ungraded_rules`) is on the hot path: stdlib only, and it reads nothing but the
-machine-managed values the turn's A/B draw reads already in one query (KEYS). The drift check runs after a Stop that
-applied grades (off the hot path) and writes the alarm to machine state only when it changes."""
+"""The drift alarm of teacher demotion (core/experiment/grading.py asks for grades on a share of turns once a
+learner is auto-promote-safe): after a Stop that applied grades, the live learner's logged scores are compared with
+the grades of its last DRIFT_TURNS graded turns; when its pairwise agreement falls under its own held-out agreement
+minus DRIFT_TOLERANCE the alarm rises and every turn asks for grades again, until it recovers. The alarm is written
+to machine state only when it changes. Also what `cairn stats grading` shows. The method: docs/learning.md."""
 
 from __future__ import annotations
 
-import hashlib
-import re
-
 from cairn_cli.config import Settings
-from cairn_cli.errors import ConfigError
+from cairn_cli.core.experiment.grading import (
+    DEMOTED_RATE,
+    DEPLOY_KEY,
+    DRIFT_KEY,
+    KEYS,
+    auto_rate,
+    drift_in_force,
+    rate,
+    safe_learner,
+)
 
-DEMOTED_RATE = 0.3  # the auto rate once a learner is auto-promote-safe (1.0 before, and on drift)
-DRIFT_KEY = "grade_drift"  # the drift alarm in force: {learner, alarm, agreement, threshold, pairs, turns, at}
-DEPLOY_KEY = "reranker_student"  # = core/learning/deploy.py's (not imported: that module is off the hot path)
-KEYS = (DEPLOY_KEY, DRIFT_KEY)  # what `decide` reads (with the A/B's keys, in the turn's one query)
 DRIFT_TURNS = 50  # the drift check reads the grades of the live learner's last this many graded turns
 DRIFT_MIN_PAIRS = 20  # fewer pairs than this: no verdict (the alarm stays as it is)
 DRIFT_MIN_GAP = 2  # a pair is two memories of one turn whose grades differ by at least this (training's default)
 DRIFT_TOLERANCE = 0.08  # the alarm rises below the learner's held-out agreement minus this ...
 DRIFT_CLEAR = 0.04  # ... and clears at or above the held-out agreement minus this (no flapping at the edge)
-
-AUTO, ENV, DRIFT = "auto", "env", "drift"  # why a rate is what it is
-
-
-class GradeDecision:
-    """One turn's grading: the rate in force, why (auto | env | drift), and whether this turn asks for grades.
-    `propensity` is the probability the turn was asked (= the rate): what inverse-propensity weighting divides by."""
-
-    __slots__ = ("asked", "rate", "reason")
-
-    def __init__(self, rate: float, reason: str, asked: bool):
-        self.rate, self.reason, self.asked = rate, reason, asked
-
-    @property
-    def propensity(self) -> float:
-        return self.rate
-
-    def as_dict(self) -> dict:
-        return {"grade_rate": self.rate, "grade_rate_reason": self.reason, "grade_asked": self.asked}
-
-
-def rate_setting(settings: Settings) -> float | None:
-    """CAIRN_GRADE_RATE as a number in 0..1, or None when it is `auto` (the default). Raises ConfigError."""
-    raw = str(settings.GRADE_RATE).strip().lower()
-    if raw in ("", "auto"):
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not 0.0 <= value <= 1.0:  # nan fails both
-        raise ConfigError(
-            f"CAIRN_GRADE_RATE={settings.GRADE_RATE!r} is not auto or a number between 0 and 1",
-            "set CAIRN_GRADE_RATE=auto, or e.g. CAIRN_GRADE_RATE=0.3 (1: grade every turn)",
-        )
-    return value
-
-
-def safe_learner(values: dict) -> str | None:
-    """The deployed learner's version name when its model card says it is auto-promote-safe, else None."""
-    record = values.get(DEPLOY_KEY)
-    if not isinstance(record, dict) or not record.get("version"):
-        return None
-    card = record.get("card")
-    if not isinstance(card, dict) or card.get("auto_promote_safe") is not True:
-        return None
-    return version_name(str(record["version"]))
-
-
-def version_name(path: str) -> str:
-    """A student version's name (its directory's): the same on every machine of a team, wherever it is installed."""
-    return path.rstrip("/").rsplit("/", 1)[-1]
-
-
-def auto_rate(values: dict) -> tuple[float, str]:
-    """(the automatic rate, why): 1.0 until a learner is auto-promote-safe, DEMOTED_RATE after, 1.0 on drift."""
-    learner = safe_learner(values)
-    if learner is None:
-        return 1.0, AUTO
-    drift = values.get(DRIFT_KEY)
-    if isinstance(drift, dict) and drift.get("alarm") and drift.get("learner") == learner:
-        return 1.0, DRIFT
-    return DEMOTED_RATE, AUTO
-
-
-def rate(values: dict, settings: Settings) -> tuple[float, str]:
-    """(the grade rate in force, why): CAIRN_GRADE_RATE when set, else the automatic rate."""
-    forced = rate_setting(settings)
-    return (forced, ENV) if forced is not None else auto_rate(values)
-
-
-def sampled(session_id: str, turn: int, rate: float) -> bool:
-    """Whether the turn is asked for grades at `rate`: a hash of (session, turn), so a retried hook decides the
-    same, and a share `rate` of turns is asked."""
-    if rate >= 1.0:
-        return True
-    digest = hashlib.sha256(f"grade?\0{session_id}\0{turn}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64 < rate
-
-
-def decide(values: dict, settings: Settings, session_id: str, turn: int) -> GradeDecision:
-    """The turn's grading from machine-managed `values` (state.get_many of at least KEYS)."""
-    r, why = rate(values, settings)
-    return GradeDecision(r, why, sampled(session_id, turn, r))
-
-
-_RG_LINE = re.compile(r"^[ \t]*-[ \t]*rg[ \t]*:.*(?:\n|$)", re.MULTILINE)
-_RG_EXAMPLE = re.compile(r',?[ \t]*"rg"[ \t]*:[ \t]*\[[^\]]*\]')
-NOT_ASKED = '- rg: not asked this turn; leave "rg" out of the [cm] block.'
-
-
-def ungraded_rules(text: str) -> str:
-    """The rules of a turn that asks for no grades: the rg instruction and the "rg" of the example are left out,
-    and one line says so (the agent saw the instruction in earlier turns of the conversation)."""
-    stripped = _RG_EXAMPLE.sub("", _RG_LINE.sub("", text)).replace("[cm]{, ", "[cm]{")
-    return f"{stripped.rstrip()}\n{NOT_ASKED}"
-
-
-# -- the drift alarm (off the hot path) -------------------------------------------------------------------------
 
 
 def fresh_agreement(learner: str, *, turns: int = DRIFT_TURNS, min_gap: int = DRIFT_MIN_GAP) -> tuple[float, int, int]:
@@ -152,7 +53,7 @@ def fresh_agreement(learner: str, *, turns: int = DRIFT_TURNS, min_gap: int = DR
             continue
         score = (r.score_components or {}).get("reranker_score")
         if isinstance(score, (int, float)) and not isinstance(score, bool):
-            by_turn.setdefault((r.session_id, r.turn), []).append((int(r.grade), float(score)))
+            by_turn.setdefault((r.session_id, r.turn), []).append((int(r.grade or 0), float(score)))
     won = pairs = 0.0
     for rows in by_turn.values():
         for ga, sa in rows:
@@ -178,7 +79,7 @@ def drift_status(values: dict) -> dict | None:
     if learner is None or held is None:
         return None
     agreement, pairs, turns = fresh_agreement(learner)
-    prior = values.get(DRIFT_KEY) if isinstance(values.get(DRIFT_KEY), dict) else {}
+    prior = drift_in_force(values) or {}
     was_up = bool(prior.get("alarm")) and prior.get("learner") == learner
     threshold = held - DRIFT_TOLERANCE
     if pairs < DRIFT_MIN_PAIRS:
@@ -209,12 +110,11 @@ def check_drift(settings: Settings) -> dict | None:
     status = drift_status(values)
     if status is None or status["alarm"] is None:
         return status
-    prior = values.get(DRIFT_KEY) if isinstance(values.get(DRIFT_KEY), dict) else {}
+    prior = drift_in_force(values) or {}
     if bool(prior.get("alarm")) == status["alarm"] and prior.get("learner") == status["learner"]:
         return status
-    why = (
-        f"agreement {status['agreement']:.3f} on {status['pairs']} fresh pairs "
-        + (f"< {status['threshold']:.3f}: grade every turn again" if status["alarm"] else "recovered: demoted again")
+    why = f"agreement {status['agreement']:.3f} on {status['pairs']} fresh pairs " + (
+        f"< {status['threshold']:.3f}: grade every turn again" if status["alarm"] else "recovered: demoted again"
     )
     state.put(DRIFT_KEY, {**status, "at": iso_now()}, settings, by="cairn hook stop", reason=why)
     return status
@@ -228,7 +128,7 @@ def grading_status(settings: Settings) -> dict:
     values = state.get_many(KEYS, settings)
     r, why = rate(values, settings)
     auto, auto_why = auto_rate(values)
-    in_force = values.get(DRIFT_KEY) if isinstance(values.get(DRIFT_KEY), dict) else None
+    in_force = drift_in_force(values)
     learner = safe_learner(values)
     return {
         "grade_rate": r,

@@ -34,7 +34,7 @@ class LabelRow:
 def propensity_weight(row: LabelRow) -> float:
     """The row's inverse-propensity weight: 1 / P(its grade was asked for), clipped at 1 / MIN_PROPENSITY. Turns
     asked at rate 0.3 stand for the 70% that were not, so a label budget spent under demotion teaches what one at
-    rate 1 would (core/learning/demotion.py). A pair weighs the mean of its two rows' weights (pair_weight)."""
+    rate 1 would (core/experiment/grading.py). A pair weighs the mean of its two rows' weights (pair_weight)."""
     return 1.0 / max(MIN_PROPENSITY, min(1.0, row.grade_propensity))
 
 
