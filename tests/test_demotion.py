@@ -312,3 +312,23 @@ def test_a_silver_row_with_a_bad_propensity_is_refused(tmp_path):
     path.write_text(json.dumps({"query": "q", "memory": "m", "grade": 2, "grade_propensity": 0}) + "\n")
     with pytest.raises(InvalidInput, match="grade_propensity must be a number in"):
         read_jsonl(path)
+
+
+def test_a_rollback_puts_the_live_versions_card_in_force():
+    from cairn_cli import config
+    from cairn_cli.core.learning import deploy
+    from cairn_cli.files import private_dir
+
+    student = config.student_path()
+    cards = {"v-old": {"auto_promote_safe": False}, "v-new": {"auto_promote_safe": True}}
+    for name, card in cards.items():
+        private_dir(deploy.versions_dir(student) / name)
+        (deploy.versions_dir(student) / name / "model_card.json").write_text(json.dumps(card))
+        deploy.deploy(deploy.versions_dir(student) / name, student)
+    old, new = (str(deploy.versions_dir(student) / n) for n in cards)
+    value = {"version": new, "previous": old, "card": cards["v-new"]}
+    state.put(grading.DEPLOY_KEY, value, Settings(), by="test", reason="deployed")
+    assert grading.auto_rate(state.get_many(grading.KEYS, Settings())) == (grading.DEMOTED_RATE, "auto")
+    deploy.rollback(Settings())  # the live student is the old one again: its card, not the newer one's, is in force
+    assert state.get(grading.DEPLOY_KEY, Settings())["card"] == cards["v-old"]
+    assert grading.auto_rate(state.get_many(grading.KEYS, Settings())) == (1.0, "auto")
