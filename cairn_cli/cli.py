@@ -178,6 +178,7 @@ COMMANDS: list[tuple[typer.Typer, str, Callable]] = [
     (stats_app, "dedup", stats.dedup),
     (stats_app, "instances", stats.instances),
     (stats_app, "stores", stats.stores),
+    (stats_app, "grading", stats.grading),
     (config_app, "show", config.show),
 ]
 for _parent, _name, _fn in COMMANDS:

@@ -90,6 +90,13 @@ _SETTINGS = [
         float,
         "Weight of the earlier turns' terms in the keywords' BM25 (0..1); the prompt's terms weigh 1.",
     ),
+    Setting(
+        "GRADE_RATE",
+        "auto",
+        str,
+        "Share of hook prompts that ask the agent for rg grades (0..1); auto: 1 until a deployed learner is "
+        "auto-promote-safe, 0.3 after, 1 again on a drift alarm (`cairn stats grading`).",
+    ),
     Setting("CONFIDENCE_PRIOR_POS", 3.0, float, "Beta prior pseudo-count for corroboration (new memory: 0.75)."),
     Setting("CONFIDENCE_PRIOR_NEG", 1.0, float, "Beta prior pseudo-count for contradiction."),
     Setting("INJECTION_MAX_CHARS", 10000, int, "Upper bound of the printed injection block (Claude Code's limit)."),
@@ -301,6 +308,7 @@ GROUPS: list[tuple[str, list[str]]] = [
     (
         "Labels: confidence, engagement, dedup",
         [
+            "GRADE_RATE",
             "CONFIDENCE_PRIOR_POS",
             "CONFIDENCE_PRIOR_NEG",
             "ENGAGEMENT_LEXICAL_MIN",

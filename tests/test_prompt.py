@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from cairn_cli.config import Settings
-from cairn_cli.core.experiment import ab
+from cairn_cli.core.experiment import ab, grading
 from cairn_cli.core.experiment import rules as generation_rules
 from cairn_cli.core.hooks import prompt
 from cairn_cli.core.hooks.request import PromptRequest
@@ -55,7 +55,7 @@ def test_a_hook_turn_runs_the_steps_in_the_design_order_and_reads_the_state_once
     result = prompt.prompt_turn(request, Settings(), RankEngine(get_encoder("hashing")))
 
     assert calls == ["arm", "window", "rank", "render", "log"]
-    assert reads == [generation_rules.KEYS + ab.KEYS]  # the arm and the live rules: one read
+    assert reads == [generation_rules.KEYS + ab.KEYS + grading.KEYS]  # the arm, the live rules, the grading: one read
     assert result.turn == 1 and result.arm in ("A", "B") and result.items
     assert result.injection.startswith(f"<{generation_rules.RULES_TAG} ")  # the rules, the memories, B's last
     assert result.injection.endswith(result.arm_instruction or result.block)

@@ -101,6 +101,8 @@ EPHEMERAL_SCHEMA = {
         "engaged_at",
         "engaged_backfill",
         "instance",
+        "grade_propensity",
+        "grade_asked",
     ],
     "evidence_applied": ["id", "session_id", "turn", "memory_id", "kind", "applied_at"],
     "hook_state": [

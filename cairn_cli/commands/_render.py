@@ -186,7 +186,8 @@ def _group_row(g, methods: list[str]) -> dict:
         "reranker_model": g.reranker_model,
         "deliveries": g.deliveries,
         "sessions": g.sessions,
-        "graded": f"{g.graded} ({pct(g.graded_share)})",
+        # the share is of the deliveries whose turn asked for grades; those of turns that asked none are apart
+        "graded": f"{g.graded} ({pct(g.graded_share)})" + (f", {g.not_asked} not asked" if g.not_asked else ""),
         "mean grade": "-" if g.mean_grade is None else f"{g.mean_grade:.2f}",
         "grades 0/1/2/3": "/".join(str(g.grade_hist[k]) for k in sorted(g.grade_hist)),
         "hard neg": g.hard_negatives,
@@ -199,6 +200,33 @@ def _group_row(g, methods: list[str]) -> dict:
             "-" if cell is None else (f"{cell['rate']:.3f} [{cell['ci_low']:.3f}, {cell['ci_high']:.3f}] ({cell['n']})")
         )
     return row
+
+
+def grading_status(status: dict) -> None:
+    """`cairn stats grading`: the rate and why, then the drift check."""
+    why = {
+        "env": f"CAIRN_GRADE_RATE={status['setting']}",
+        "drift": "drift alarm: the live learner disagrees with fresh grades",
+        "auto": "auto: an auto-promote-safe learner is deployed"
+        if status["learner"]
+        else "auto: no auto-promote-safe learner yet",
+    }[status["reason"]]
+    rows = {
+        "grade rate": f"{status['grade_rate']:g} ({why})",
+        "auto rate": f"{status['auto_rate']:g} ({status['auto_reason']})",
+        "learner": status["learner"] or "-",
+        "held-out agreement": "-" if status["held_agreement"] is None else f"{status['held_agreement']:.3f}",
+        "drift alarm": "ON" if status["drift_alarm"] else "off",
+    }
+    now = status["drift_now"]
+    if now is not None:
+        agreement = "-" if now["agreement"] is None else f"{now['agreement']:.3f}"
+        verdict = {True: "alarm", False: "ok", None: "too few pairs for a verdict"}[now["alarm"]]
+        rows["fresh agreement"] = (
+            f"{agreement} on {now['pairs']} pairs of the last {now['turns']} graded turns "
+            f"(alarm < {now['threshold']:.3f}, clears at {now['clear_at']:.3f}): {verdict}"
+        )
+    output.key_values(rows, title="grading (teacher demotion)")
 
 
 def label_volume(rows: list[dict], bucket: str) -> None:

@@ -1,5 +1,6 @@
-"""`cairn stats deliveries|labels|floors|prompts|dedup|instances|stores`: grades, engagement, label volume and floor
-checks over the delivery log; the write-side dedup rate over the memory store; how big each store is."""
+"""`cairn stats deliveries|labels|floors|prompts|dedup|instances|stores|grading`: grades, engagement, label volume
+and floor checks over the delivery log; the write-side dedup rate over the memory store; how big each store is; the
+grade rate in force (teacher demotion) and its drift alarm."""
 
 from __future__ import annotations
 
@@ -159,3 +160,14 @@ def stores(json: Json = False) -> None:
 
     report = store_sizes(opened_settings(read_only=True))
     output.json_out(report.as_dict()) if json else _render.store_sizes(report)
+
+
+def grading(json: Json = False) -> None:
+    """The grade rate in force (share of hook prompts asked for rg grades), why (auto, env, drift), the drift alarm.
+
+    Example: cairn stats grading --json
+    """
+    from cairn_cli.core.learning.demotion import grading_status
+
+    status = grading_status(opened_settings(read_only=True))
+    output.json_out(status) if json else _render.grading_status(status)

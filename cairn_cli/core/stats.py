@@ -110,7 +110,8 @@ class GroupStats:
     deliveries: int = 0
     sessions: int = 0
     graded: int = 0
-    graded_share: float | None = None
+    graded_share: float | None = None  # of the deliveries whose turn asked for grades (teacher demotion)
+    not_asked: int = 0  # deliveries of turns that asked for no grades: never counted as missing a grade
     mean_grade: float | None = None
     grade_hist: dict[int, int] = field(default_factory=lambda: dict.fromkeys(GRADES, 0))
     hard_negatives: int = 0
@@ -138,17 +139,23 @@ def delivery_stats(
         D.hard_negative,
         D.engaged,
         D.engaged_method,
+        D.grade_asked,
         instance=instance,
     )
     versions = _memories(r.memory_id for r in rows)
     groups: dict[tuple[str, str], GroupStats] = {}
     sessions: dict[tuple[str, str], set] = {}
     grades: dict[tuple[str, str], list[int]] = {}
+    asked_graded: dict[tuple[str, str], int] = {}
     tallies: dict[tuple[str, str], dict[str, list[int]]] = {}
     for r in rows:
         key = (versions.get(r.memory_id, (NO_VERSION,))[0], r.reranker_model)
         g = groups.setdefault(key, GroupStats(*key))
         g.deliveries += 1
+        if r.grade_asked is False:
+            g.not_asked += 1
+        elif r.grade is not None:
+            asked_graded[key] = asked_graded.get(key, 0) + 1
         sessions.setdefault(key, set()).add(r.session_id)
         if r.grade is not None:
             grades.setdefault(key, []).append(r.grade)
@@ -166,7 +173,8 @@ def delivery_stats(
     for key, g in groups.items():
         g.sessions = len(sessions[key])
         got = grades.get(key, [])
-        g.graded, g.graded_share = len(got), len(got) / g.deliveries
+        asked = g.deliveries - g.not_asked
+        g.graded, g.graded_share = len(got), (asked_graded.get(key, 0) / asked if asked else None)
         g.mean_grade = sum(got) / len(got) if got else None
         tally = tallies.get(key, {})
         g.engagement = {m: _rate_cell(*tally[m]) for m in method_order(tally)}

@@ -429,6 +429,18 @@ def _student_versions(db: peewee.Database) -> None:
     )
 
 
+def _deliveries_grade_propensity(db: peewee.Database) -> None:
+    """Teacher demotion (core/experiment/grading.py): the probability the delivery's turn asked the agent for grades
+    (what inverse-propensity weighting divides by) and whether it did. Old rows stay NULL: every turn was asked."""
+    from playhouse.migrate import SchemaMigrator, migrate
+
+    migrator = SchemaMigrator.from_database(db)
+    migrate(
+        migrator.add_column("memory_deliveries", "grade_propensity", peewee.DoubleField(null=True)),
+        migrator.add_column("memory_deliveries", "grade_asked", peewee.BooleanField(null=True)),
+    )
+
+
 MEMORY_MIGRATIONS: list[Migration] = [
     ("0001_memories", _memories_v1),
     ("0002_machine_state", _machine_state_v1),
@@ -453,6 +465,7 @@ EPHEMERAL_MIGRATIONS: list[Migration] = [
             {"memory_deliveries": ["final_score", "engaged_score", "engaged_lexical", "engaged_semantic"]}
         ),
     ),
+    ("0008_deliveries_grade_propensity", _deliveries_grade_propensity),
 ]
 
 REGISTRIES: dict[str, list[Migration]] = {"memory": MEMORY_MIGRATIONS, "ephemeral": EPHEMERAL_MIGRATIONS}

@@ -24,5 +24,6 @@ MIGRATIONS: dict[str, tuple[str, ...]] = {
         "0005_deliveries_backfill_tag",
         "0006_deliveries_instance",
         "0007_double_precision",
+        "0008_deliveries_grade_propensity",
     ),
 }

@@ -151,6 +151,8 @@ class MemoryDelivery(_EphemeralBase):
     engaged_backfill = peewee.CharField(max_length=40, null=True)  # the backfill-semantic run that examined it
     arm = peewee.CharField(max_length=10, null=True)
     instance = peewee.CharField(max_length=100, null=True, default=writing_instance)  # the machine that delivered
+    grade_propensity = peewee.DoubleField(null=True)  # P(the turn asked for grades); NULL: before demotion, or no hook
+    grade_asked = peewee.BooleanField(null=True)  # whether it did; NULL: asked (every turn was, before demotion)
 
     class Meta:
         table_name = "memory_deliveries"

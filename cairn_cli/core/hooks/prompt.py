@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from cairn_cli import db
 from cairn_cli.config import Settings
+from cairn_cli.core.experiment import grading
 from cairn_cli.core.experiment import rules as generation_rules
 from cairn_cli.core.experiment.turn import TurnArm, draw
 from cairn_cli.core.hooks.request import PromptRequest
@@ -38,6 +39,9 @@ class RankResult(Ranking):
     generation_version: str | None = None
     arm: str | None = None
     arm_instruction: str = ""
+    grade_propensity: float | None = None  # a hook's prompt: the probability it asks for grades (the grade rate)
+    grade_asked: bool | None = None  # whether this turn's rules ask for rg grades
+    grade_rate_reason: str | None = None  # auto | env | drift
 
     @property
     def injection(self) -> str:
@@ -65,6 +69,9 @@ class RankResult(Ranking):
             "injection": self.injection,
             "generation_version": self.generation_version,
             "arm": self.arm,
+            "grade_propensity": self.grade_propensity,
+            "grade_asked": self.grade_asked,
+            "grade_rate_reason": self.grade_rate_reason,
             "memories": [vars(i) for i in self.items],
         }
 
@@ -108,6 +115,7 @@ def _checked_k(request: PromptRequest, settings: Settings) -> int:
             f"CAIRN_EXPLORE_RATE must be between 0 and 1 (got {settings.EXPLORE_RATE:g})",
             "set CAIRN_EXPLORE_RATE=0.1, or 0 to turn exploration off",
         )
+    grading.rate_setting(settings)  # a bad CAIRN_GRADE_RATE is refused before anything is ranked
     return k
 
 
@@ -151,7 +159,13 @@ def _render(
 ) -> RankResult:
     """The result: the rules, the memories and the block within the injection limit (a memory the block cannot
     hold is not delivered), arm B's instruction last."""
-    rules_text = generation_rules.render(arm.live, request.scope or GLOBAL_SCOPE) if request.with_rules and arm else ""
+    grade = arm.grade if arm else None
+    rules_text = ""
+    if request.with_rules and arm:
+        live = arm.live
+        if grade is not None and not grade.asked:  # a turn the teacher is not asked to grade: no rg instruction
+            live = generation_rules.Rules(live.version, grading.ungraded_rules(live.text))
+        rules_text = generation_rules.render(live, request.scope or GLOBAL_SCOPE)
     b_text = arm.b_text if arm else ""
     budget = settings.INJECTION_MAX_CHARS - sum(len(t) + 1 for t in (rules_text, b_text) if t)
     block = format_block(
@@ -176,6 +190,9 @@ def _render(
         generation_version=arm.version if arm else None,
         arm=arm.arm if arm else None,
         arm_instruction=b_text,
+        grade_propensity=grade.propensity if grade else None,
+        grade_asked=grade.asked if grade else None,
+        grade_rate_reason=grade.reason if grade else None,
     )
 
 
@@ -220,6 +237,8 @@ def _write_turn(request: PromptRequest, result: RankResult, scope: str, settings
                         layer=request.layer,
                         scope=scope,
                         arm=result.arm,
+                        grade_propensity=result.grade_propensity,
+                        grade_asked=result.grade_asked,
                     )
                     for i in result.items
                 ],
@@ -237,6 +256,12 @@ def _write_turn(request: PromptRequest, result: RankResult, scope: str, settings
                 "generation_version": result.generation_version,
                 "source_ref": result.generation_version,
                 "delivered": [i.id for i in result.items],
+                # the turn's grading: the probability it asked for grades (inverse-propensity weights) and whether
+                **(
+                    {"grade_propensity": result.grade_propensity, "grade_asked": result.grade_asked}
+                    if result.grade_propensity is not None
+                    else {}
+                ),
                 # a prompt that injects nothing says why, so that stats can count abstentions
                 "abstained": None
                 if result.items

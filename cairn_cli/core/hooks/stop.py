@@ -219,7 +219,28 @@ def apply_stop(
         retry_conflicts(attempt, budget_s=budget)
     except _db_errors() as exc:
         raise StopNotWritten(spool_record(payload, turn, text, report.response_source), exc) from exc
+    if (report.grades or {}).get("applied"):
+        if data.get("grade_asked") is False:  # kept: the agent's judgement, weighted like the turn's asked ones
+            report.notes.append("grades given on a turn that asked for none (teacher demotion): kept")
+        _check_drift(settings, report)
     return report
+
+
+def _check_drift(settings: Settings, report: StopReport) -> None:
+    """New grades: the drift check of teacher demotion (core/learning/demotion.py), which raises the grade rate back
+    to 1 when the live learner stops agreeing with them. Best effort: the next graded Stop checks again."""
+    from cairn_cli.core.learning import demotion
+
+    try:
+        status = demotion.check_drift(settings)
+    except Exception as exc:  # never the Stop's failure: its labels are written
+        report.notes.append(f"drift check skipped: {type(exc).__name__}: {exc}")
+        return
+    if status and status.get("alarm"):
+        report.notes.append(
+            f"drift alarm: the learner agrees with {status['agreement']:.3f} of {status['pairs']} fresh pairs "
+            f"(< {status['threshold']:.3f}); every turn asks for grades"
+        )
 
 
 def _db_errors() -> tuple[type[BaseException], ...]:

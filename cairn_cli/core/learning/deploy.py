@@ -53,5 +53,17 @@ def rollback(settings: Settings) -> dict:
     current = str(student.resolve()) if student.is_symlink() else None
     deploy(Path(previous), student)
     value = {**record, "version": previous, "previous": current, "rolled_back_at": iso_now()}
+    value["card"] = _card_of(Path(previous))  # the live version's card (auto_promote_safe: teacher demotion reads it)
     state.put(DEPLOY_KEY, value, settings, by="cairn train-reranker --rollback", reason="rollback")
     return value
+
+
+def _card_of(version: Path) -> dict | None:
+    """The model card written beside a deployed version, or None (a legacy version has none)."""
+    import json
+
+    try:
+        card = json.loads((version / "model_card.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return card if isinstance(card, dict) else None

@@ -13,7 +13,8 @@ from cairn_cli.errors import InvalidInput, NotFound
 from cairn_cli.files import atomic_write, private_dir
 
 SILVER_NAME = "relevance_silver.jsonl"
-SILVER_FIELDS = ("query", "memory", "grade", "hard_negative", "query_key", "delivery_id")
+SILVER_FIELDS = ("query", "memory", "grade", "hard_negative", "query_key", "delivery_id", "grade_propensity")
+MIN_PROPENSITY = 0.05  # inverse-propensity weights are clipped at 1 / this (20): one turn never swamps the rest
 
 
 @dataclass
@@ -27,6 +28,26 @@ class LabelRow:
     source: str = "grade"  # grade | engagement
     memory_id: int | None = None  # a graded delivery's memory (the ranking gate finds it in the store's ranking)
     scope: str | None = None  # the scope the delivery was ranked in
+    grade_propensity: float = 1.0  # P(this grade was asked for): its turn's grade rate (teacher demotion); 1: always
+
+
+def propensity_weight(row: LabelRow) -> float:
+    """The row's inverse-propensity weight: 1 / P(its grade was asked for), clipped at 1 / MIN_PROPENSITY. Turns
+    asked at rate 0.3 stand for the 70% that were not, so a label budget spent under demotion teaches what one at
+    rate 1 would (core/experiment/grading.py). A pair weighs the mean of its two rows' weights (pair_weight)."""
+    return 1.0 / max(MIN_PROPENSITY, min(1.0, row.grade_propensity))
+
+
+def pair_weight(better: LabelRow, worse: LabelRow) -> float:
+    """The inverse-propensity weight of a (better, worse) pair of one query: the mean of its rows' (one turn's rows
+    share their propensity; a query asked in two turns at two rates gets the mean)."""
+    return (propensity_weight(better) + propensity_weight(worse)) / 2
+
+
+def observed_propensity(propensity: float | None, asked: bool | None) -> float:
+    """A graded delivery's propensity as the weights read it: its turn's grade rate when the turn asked for grades;
+    1 when it predates demotion (NULL) or the agent graded a turn that asked none (observed whatever the draw)."""
+    return 1.0 if propensity is None or asked is False else float(propensity)
 
 
 def _texts(rows) -> dict[int, str]:
@@ -71,6 +92,7 @@ def graded_rows(settings: Settings, *, instance: str | None = None) -> list[Labe
             r.id,
             memory_id=r.memory_id,
             scope=r.scope,
+            grade_propensity=observed_propensity(r.grade_propensity, r.grade_asked),
         )
         for r in rows
         if r.memory_id in texts and r.context_window  # '': expired (core/store/retention.py), no query to pair
@@ -162,6 +184,9 @@ def read_jsonl(path: Path) -> list[LabelRow]:
                 raise InvalidInput(f"{path}:{n}: query and memory must be non-empty strings", "fix that line")
             if not isinstance(grade, int) or isinstance(grade, bool) or not 0 <= grade <= 3:
                 raise InvalidInput(f"{path}:{n}: grade must be an integer 0-3", "fix that line")
+            propensity = obj.get("grade_propensity", 1.0)
+            if isinstance(propensity, bool) or not isinstance(propensity, (int, float)) or not 0 < propensity <= 1:
+                raise InvalidInput(f"{path}:{n}: grade_propensity must be a number in (0, 1]", "fix that line")
             out.append(
                 LabelRow(
                     query,
@@ -170,6 +195,7 @@ def read_jsonl(path: Path) -> list[LabelRow]:
                     bool(obj.get("hard_negative", False)),
                     str(obj.get("query_key") or query_key(query)),
                     obj.get("delivery_id"),
+                    grade_propensity=float(propensity),
                 )
             )
     return out

@@ -9,7 +9,15 @@ from dataclasses import dataclass
 
 from cairn_cli.config import Settings
 from cairn_cli.core.learning.attempt import TrainOptions
-from cairn_cli.core.learning.export import LabelRow, engagement_rows, graded_rows, read_jsonl, silver_path, write_jsonl
+from cairn_cli.core.learning.export import (
+    LabelRow,
+    engagement_rows,
+    graded_rows,
+    pair_weight,
+    read_jsonl,
+    silver_path,
+    write_jsonl,
+)
 
 Scorer = Callable[[str, list[str]], list[float]]
 
@@ -39,6 +47,19 @@ def make_pairs(rows: list[LabelRow], keys: set[str], *, min_gap: int) -> list[tu
             for b in group:
                 if a.grade - b.grade >= min_gap:
                     out.append((key, a.query, a.memory, b.memory))
+    return out
+
+
+def pair_weights(rows: list[LabelRow], keys: set[str], *, min_gap: int) -> list[float]:
+    """The inverse-propensity weight of each pair make_pairs(rows, keys, min_gap=...) gives, in its order (teacher
+    demotion: a pair of a turn asked for grades at rate p weighs 1/p; export.pair_weight). Not wired into training
+    yet: the trainer's per-pair weights take them."""
+    out = []
+    for _, group in by_query(rows, keys):
+        for a in group:
+            for b in group:
+                if a.grade - b.grade >= min_gap:
+                    out.append(pair_weight(a, b))
     return out
 
 

@@ -28,6 +28,8 @@ class DeliveryInput:
     scope: str
     ranker: str = "cairn"
     arm: str | None = None
+    grade_propensity: float | None = None  # the probability the turn asked for grades (None: not a hook's turn)
+    grade_asked: bool | None = None  # whether the turn's rules asked for rg grades (None: not a hook's turn)
 
 
 @dataclass
@@ -54,6 +56,8 @@ class DeliveryView:
     engaged_lexical: float | None = None
     engaged_semantic: float | None = None
     arm: str | None = None
+    grade_propensity: float | None = None
+    grade_asked: bool | None = None
 
 
 def next_turn(session_id: str, settings: Settings) -> int:
@@ -139,6 +143,8 @@ def _view(row) -> DeliveryView:
         engaged_lexical=row.engaged_lexical,
         engaged_semantic=row.engaged_semantic,
         arm=row.arm,
+        grade_propensity=row.grade_propensity,
+        grade_asked=row.grade_asked,
     )
 
 
