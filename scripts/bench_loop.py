@@ -18,12 +18,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import loopdata  # noqa: E402
+
+if TYPE_CHECKING:
+    from cairn_cli.core.ranking.context import ContextWindow
 
 HELD_OUT = ("conv-30", "conv-41", "conv-47")  # bench_student.py's seeded held-out conversations: never replayed
 SEED = 13
@@ -37,7 +41,19 @@ def bench_env(args) -> dict[str, str]:
     """Settings every cairn of the loop shares (the hooks, cron's train-reranker, this process's evaluation).
     CAIRN_RERANK_BUDGET_MS=0 by default: the rerank stage as configured (20 candidates, fp32), so what is measured
     is the ranking's quality and not this shared machine's speed; the composite floor is main's (auto)."""
-    return {"CAIRN_RERANK_BUDGET_MS": str(args.budget_ms), "CAIRN_COMPOSITE_FLOOR": args.floor}
+    env = {"CAIRN_RERANK_BUDGET_MS": str(args.budget_ms), "CAIRN_COMPOSITE_FLOOR": args.floor}
+    if getattr(args, "grade_rate", ""):  # teacher demotion forced (#27 point 4); unset: auto, as shipped
+        env["CAIRN_GRADE_RATE"] = args.grade_rate
+    return env
+
+
+RULES = re.compile(r"<cairn-rules\b.*?</cairn-rules>", re.S)
+CM_BLOCK = re.compile(r"\[cm\].*?\[/cm\]", re.S)
+TOKEN = re.compile(r"\w+|[^\w\s]")  # a word-piece proxy: words and punctuation marks
+
+
+def tokens(text: str) -> int:
+    return len(TOKEN.findall(text))
 
 
 def build_store(home: Path, convs: list[loopdata.Conversation]) -> dict[int, tuple[str, set[str]]]:
@@ -55,7 +71,7 @@ def build_store(home: Path, convs: list[loopdata.Conversation]) -> dict[int, tup
     return out
 
 
-def session_windows(root: Path, convs: list[loopdata.Conversation], size: int) -> dict[tuple[str, int], str]:
+def session_windows(root: Path, convs: list[loopdata.Conversation], size: int) -> dict[tuple[str, int], ContextWindow]:
     """The context window each prompt gets from `cairn hook prompt` (the prompt + the session's last turns from
     its transcript), with transcripts written as the session goes (the [cm] block is stripped from the window, so
     its content does not matter here)."""
@@ -74,7 +90,7 @@ def session_windows(root: Path, convs: list[loopdata.Conversation], size: int) -
                 window = build_context_window(
                     q.text, path, max_turns=s.CONTEXT_MAX_TURNS, max_chars=s.CONTEXT_MAX_CHARS
                 )
-                out[conv.sample_id, q.index] = window.text
+                out[conv.sample_id, q.index] = window
                 writer.assistant(loopdata.response_blocks(q, {}))
     return out
 
@@ -192,7 +208,7 @@ def levers(args) -> dict:
                     mid for mid, (c, ids) in mem.items() if c == conv.sample_id and ids & q.evidence
                 }
                 for form in ("window", "question"):
-                    text = windows[conv.sample_id, q.index] if form == "window" else q.text
+                    text = windows[conv.sample_id, q.index].text if form == "window" else q.text
                     queries.append({"conv": conv.sample_id, "index": q.index, "form": form, "query": text})
         candidates(queries, 50)
         # relevant memories the composite's top 50 missed (the data-top10 rows included every evidence row)
@@ -341,7 +357,13 @@ def oracle_grades(ids: list[int], question: loopdata.Question, mem: dict, noise:
 
 def held_out_queries(work: Path, held: list[loopdata.Conversation], mem: dict, size: int) -> list[dict]:
     """The held-out conversations' prompts with the context windows the hook would give them (their sessions'
-    transcripts written the same way) and every relevant memory of the store (never replayed, never graded)."""
+    transcripts written the same way) and every relevant memory of the store (never replayed, never graded).
+    Each query is ranked in two forms (#27): `window` (the hook's, the prompt with its session's earlier turns)
+    and `prompt` (the bare question, as a new session or `cairn rank` would ask it)."""
+    from cairn_cli.config import Settings
+    from cairn_cli.core.ranking.context import build_context_window
+
+    s = Settings()
     windows = session_windows(work / "held-out-transcripts", held, size)
     out = []
     for conv in held:
@@ -349,49 +371,91 @@ def held_out_queries(work: Path, held: list[loopdata.Conversation], mem: dict, s
             relevant = {mid for mid, (c, ids) in mem.items() if c == conv.sample_id and ids & q.evidence}
             if relevant:
                 window = windows[conv.sample_id, q.index]
-                out.append({"conv": conv.sample_id, "query": window, "prompt": q.text, "relevant": relevant})
+                bare = build_context_window(q.text, None, max_turns=s.CONTEXT_MAX_TURNS, max_chars=s.CONTEXT_MAX_CHARS)
+                out.append(
+                    {
+                        "conv": conv.sample_id,
+                        "index": q.index,
+                        "query": window.text,
+                        "prompt": q.text,
+                        "relevant": relevant,
+                        "contexts": {"window": window, "prompt": bare},
+                    }
+                )
     return out
 
 
+FORMS = ("window", "prompt")  # the hook's window, the bare question: a learner is judged on both (#27)
+BOOTSTRAP, BOOT_SEED = 2000, 13
+
+
+def paired_interval(mine: list[float], base: list[float]) -> list[float]:
+    """Paired 95% bootstrap interval of mean(mine - base) over the same questions."""
+    diffs = [a - b for a, b in zip(mine, base)]
+    rng = random.Random(BOOT_SEED)
+    means = sorted(sum(rng.choice(diffs) for _ in diffs) / len(diffs) for _ in range(BOOTSTRAP))
+    return [round(means[int(0.025 * BOOTSTRAP)], 4), round(means[int(0.975 * BOOTSTRAP) - 1], 4)]
+
+
 def evaluate_live(home: Path, queries: list[dict], *, composite: bool = False, reranker=None) -> dict:
-    """R@5 / nDCG@10 of the live ranking on the held-out queries: `cairn rank`'s pipeline (its ranking profile
-    and composite floor, the prompt kept in each pair), in this process, with the reranker that resolves now
-    (composite=True: without one; `reranker`: this one instead)."""
+    """R@5 / nDCG@10 of the live ranking on the held-out queries in both forms, each ranked by `cairn rank`'s own
+    `rank()` (the query plan: the prompt primary and the earlier turns as context, the scope's ranking profile, the
+    composite floor, the rerank stage, the near-duplicate skip), in this process, with the reranker that resolves
+    now (composite=True: without one; `reranker`: this one instead). Top-level R@5 / nDCG@10 are the window
+    form's (the loop's own measure); each form keeps its per-question values for paired intervals."""
     import cairn_cli
     from cairn_cli.core.metrics import ndcg
-    from cairn_cli.core.ranking.pipeline import select
-    from cairn_cli.core.ranking.profiles import composite_floor
-    from cairn_cli.core.ranking.profiles import profile as get_profile
+    from cairn_cli.core.ranking.rank import RankQuery, rank
 
     loopdata.use_home(home)
     store = cairn_cli.open_store(create=None)
     s = store.settings
     engine = store.engine(with_reranker=not composite and reranker is None)
-    reranker = reranker if reranker is not None else engine.reranker
-    profile = get_profile(s)
-    floor, _ = composite_floor(s, profile.name, engine.embed_model)
-    entry = engine.table(s)
-    vecs = engine.embed([q["query"] for q in queries])
-    r5, nd = [], []
-    for q, vec in zip(queries, vecs):
-        chosen = select(
-            entry.table,
-            q["query"],
-            entry.table.similarities(vec),
-            scope=q["conv"],
-            k=10,
-            settings=s,
-            reranker=reranker,
-            ranker="bench",
-            prompt=q.get("prompt"),
-            profile=profile,
-            floor=floor,
-        ).chosen
-        ids = [c.candidate.id for c in chosen]
-        r5.append(len(q["relevant"] & set(ids[:5])) / len(q["relevant"]))
-        nd.append(ndcg([3 if i in q["relevant"] else 0 for i in ids], [3] * len(q["relevant"]), 10) or 0.0)
-    name = reranker.name if reranker is not None else "none"
-    return {"R@5": round(sum(r5) / len(r5), 4), "nDCG@10": round(sum(nd) / len(nd), 4), "reranker": name}
+    if reranker is not None:
+        engine.reranker = reranker
+    out: dict = {}
+    for form in FORMS:
+        r5, nd = [], []
+        for q in queries:
+            ranking = rank(RankQuery(q["contexts"][form], k=10, scope=q["conv"]), s, engine)
+            ids = [m.id for m in ranking.items]
+            r5.append(len(q["relevant"] & set(ids[:5])) / len(q["relevant"]))
+            nd.append(ndcg([3 if i in q["relevant"] else 0 for i in ids[:10]], [3] * len(q["relevant"]), 10) or 0.0)
+        out[form] = {
+            "R@5": round(sum(r5) / len(r5), 4),
+            "nDCG@10": round(sum(nd) / len(nd), 4),
+            "per_query": {"R@5": r5, "nDCG@10": nd},
+        }
+    name = engine.reranker.name if engine.reranker is not None else "none"
+    return {"R@5": out["window"]["R@5"], "nDCG@10": out["window"]["nDCG@10"], "reranker": name, "forms": out}
+
+
+def summary(live: dict) -> str:
+    """One log line: each form's R@5 / nDCG@10 (and the difference to the composite when known)."""
+    parts = []
+    for form in FORMS:
+        f = live["forms"][form]
+        line = f"{form} R@5 {f['R@5']:.3f} nDCG@10 {f['nDCG@10']:.3f}"
+        if "vs_composite" in live:
+            d = live["vs_composite"][form]
+            line += f" (Δ {d['R@5']['delta']:+.3f} {d['R@5']['ci95']}, {d['nDCG@10']['delta']:+.3f})"
+        parts.append(line)
+    return f"{live.get('reranker')}: " + "; ".join(parts)
+
+
+def versus(live: dict, composite: dict) -> dict:
+    """Per form: the live ranking minus the composite, mean and paired 95% interval, R@5 and nDCG@10."""
+    out = {}
+    for form in FORMS:
+        a, b = live["forms"][form]["per_query"], composite["forms"][form]["per_query"]
+        out[form] = {
+            m: {
+                "delta": round(sum(a[m]) / len(a[m]) - sum(b[m]) / len(b[m]), 4),
+                "ci95": paired_interval(a[m], b[m]),
+            }
+            for m in ("R@5", "nDCG@10")
+        }
+    return out
 
 
 def wait_for_reranker(cairn: Cairn, name: str, conv: str, timeout_s: float = 900) -> None:
@@ -429,11 +493,25 @@ def replay(args, regime: str, noise: float) -> dict:
     composite = evaluate_live(home, queries, composite=True)
     curve = [{"labels": 0, "prompts": 0, **composite}]
     decisions = []
-    log(f"{regime}: held-out composite {composite}")
+    log(f"{regime}: held-out composite {summary(composite)}")
+    if args.baseline_only:  # the composite as shipped, both forms: the numbers a learner is measured against
+        cairn.run("daemon", "stop", check=False)
+        return {
+            "regime": regime,
+            "noise": noise,
+            "labels": 0,
+            "prompts": 0,
+            "held_out_queries": len(queries),
+            "composite": composite,
+            "curve": curve,
+            "decisions": [],
+            "deliveries_by_ranker": {},
+        }
     # sessions of the replayed conversations, interleaved (a user working on four projects)
     sessions = [(conv, sid, qs) for conv in replayed for sid, qs in conv.sessions(args.session_size)]
     order = sorted(range(len(sessions)), key=lambda i: (sessions[i][2][0].index, sessions[i][0].sample_id))
     labels, prompts, last_train = 0, 0, 0
+    spent = {"rule_tokens": 0, "cm_tokens": 0, "asked": 0}  # what grading costs the agent (point 4's measure)
     for i in order:
         conv, sid, questions = sessions[i]
         path = loopdata.transcript_path(work / "transcripts", conv, sid)
@@ -445,8 +523,12 @@ def replay(args, regime: str, noise: float) -> dict:
                 "hook", "prompt", stdin=json.dumps({**common, "hook_event_name": "UserPromptSubmit", "prompt": q.text})
             )
             ids = [int(x) for x in MEMORY_ID.findall(shown.stdout)]
-            grades = oracle_grades(ids, q, mem, noise, rng)
-            blocks = loopdata.response_blocks(q, grades)
+            asked = "rg: not asked" not in shown.stdout  # teacher demotion: this turn's rules leave rg out
+            grades = oracle_grades(ids, q, mem, noise, rng) if asked else {}
+            blocks = loopdata.response_blocks(q, grades) if grades else [q.answer]
+            spent["rule_tokens"] += sum(tokens(m) for m in RULES.findall(shown.stdout))
+            spent["cm_tokens"] += sum(tokens(m) for b in blocks for m in CM_BLOCK.findall(b))
+            spent["asked"] += asked
             writer.assistant(blocks)
             cairn.run(
                 "hook",
@@ -479,6 +561,10 @@ def replay(args, regime: str, noise: float) -> dict:
         "curve": curve,
         "decisions": decisions,
         "deliveries_by_ranker": rankers,
+        "grading_cost": {
+            **spent,
+            "per_100_prompts": {k: round(100 * v / max(1, prompts), 1) for k, v in spent.items()},
+        },
         "subprocess_seconds": {k: round(v, 1) for k, v in cairn.seconds.items()},
         "subprocess_calls": cairn.calls,
     }
@@ -517,10 +603,11 @@ def retrain(cairn, args, home, queries, conv, labels, prompts, curve, final: boo
         wait_for_reranker(cairn, "student:" + str(Path(report["student_dir"]).resolve()), conv)
         live = evaluate_live(home, queries)
     else:  # nothing changed live: the held-out ranking is the last one measured
-        live = {k: curve[-1][k] for k in ("R@5", "nDCG@10", "reranker")}
+        live = {k: curve[-1][k] for k in ("R@5", "nDCG@10", "reranker", "forms")}
+    live["vs_composite"] = versus(live, curve[0])
     curve.append({"labels": labels, "prompts": prompts, **live, "outcome": report.get("outcome")})
     decision["held_out_live"] = live
-    log(f"held-out live ranking at {labels} labels: {live}")
+    log(f"held-out live ranking at {labels} labels: {summary(live)}")
     return decision
 
 
@@ -904,6 +991,8 @@ def main() -> int:
     lp.add_argument("--held-out", default=",".join(HELD_OUT), help="held-out conversations evaluated")
     lp.add_argument("--budget-ms", type=float, default=0.0, help="CAIRN_RERANK_BUDGET_MS of the loop (0: none)")
     lp.add_argument("--floor", default="auto", help="CAIRN_COMPOSITE_FLOOR of the loop")
+    lp.add_argument("--grade-rate", default="", help="CAIRN_GRADE_RATE of the loop (unset: auto, as shipped)")
+    lp.add_argument("--baseline-only", action="store_true", help="only the composite on the held-out queries")
     lp.add_argument("train_args", nargs="*", help="extra train-reranker flags (after --)")
     sm = sub.add_parser("simulate", help="what blend and depth allow a student of a given agreement to do")
     sm.add_argument("--work", default="/tmp/cairn-loop")
