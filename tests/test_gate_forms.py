@@ -247,6 +247,10 @@ def test_data_rows_are_judged_in_the_one_form_they_have():
     case = RankingCase("k", "q", None, {0: 3}, ["a"])
     assert case.forms == (QUERY,)
     assert gate.gate({QUERY: _r(0.8)}, {QUERY: _r(0.7)}, margin=0.02, recall_tolerance=0.02)[0]
+    # one form: the margin is its nDCG rule, a negative one (the operator opening the gate) lets it rank worse
+    assert gate.gate({QUERY: _r(0.6)}, {QUERY: _r(0.7)}, margin=-1, recall_tolerance=0.02)[0]
+    refused, why = gate.gate({QUERY: _r(0.69)}, {QUERY: _r(0.7)}, margin=0.02, recall_tolerance=0.02)
+    assert not refused and "does not improve" in why
 
 
 # -- labels used better: hard negatives and weights ------------------------------------------------------------
