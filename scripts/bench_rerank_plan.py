@@ -82,7 +82,7 @@ def train_student(train_q: list[dict], args, out_dir: Path) -> dict:
         for i, q in enumerate(train_q)
         for _, text, g, _ in q["cands"]
     ]
-    triples = [(q, b, w) for _, q, b, w in make_pairs(rows, {r.query_key for r in rows}, min_gap=2)]
+    triples = [(p.query, p.better, p.worse) for p in make_pairs(rows, {r.query_key for r in rows}, min_gap=2)]
     random.Random(args.seed).shuffle(triples)
     triples = triples[: args.max_train]
     log(f"training a student on {len(triples)} triples")

@@ -139,7 +139,9 @@ def run_locomo(args, settings: Settings, windows: bool) -> dict:
         ]
 
     train_rows, held_rows = rows(train_q), rows(held_q)
-    triples = [(q, b, w) for _, q, b, w in make_pairs(train_rows, {r.query_key for r in train_rows}, min_gap=2)]
+    triples = [
+        (p.query, p.better, p.worse) for p in make_pairs(train_rows, {r.query_key for r in train_rows}, min_gap=2)
+    ]
     random.Random(args.seed).shuffle(triples)
     triples = triples[: args.max_train]
     held_pairs = make_pairs(held_rows, {r.query_key for r in held_rows}, min_gap=2)
@@ -215,7 +217,7 @@ def run_trec(args, settings: Settings) -> dict:
     random.Random(args.seed).shuffle(qids)
     held, train = set(qids[:13]), set(qids[13:])
     rows = [LabelRow(r["query"], r["passage"], int(r["grade"]), query_key=str(r["qid"])) for r in judged]
-    triples = [(q, b, w) for _, q, b, w in make_pairs(rows, train, min_gap=2)]
+    triples = [(p.query, p.better, p.worse) for p in make_pairs(rows, train, min_gap=2)]
     random.Random(args.seed).shuffle(triples)
     triples = triples[: args.max_train]
     held_pairs = make_pairs(rows, held, min_gap=2)

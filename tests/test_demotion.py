@@ -15,8 +15,8 @@ from cairn_cli.config import Settings
 from cairn_cli.core.experiment import grading
 from cairn_cli.core.experiment.rules import shipped_text
 from cairn_cli.core.learning import demotion
-from cairn_cli.core.learning.export import graded_rows, propensity_weight, read_jsonl, write_jsonl
-from cairn_cli.core.learning.pairs import make_pairs, pair_weights
+from cairn_cli.core.learning.export import graded_rows, read_jsonl, write_jsonl
+from cairn_cli.core.learning.pairs import make_pairs
 from cairn_cli.core.store import deliveries, state
 from cairn_cli.core.store.hookstate import get_turn
 from tests.conftest import EXAMPLES, SHOWN
@@ -191,7 +191,7 @@ def test_grades_an_unasked_turn_gets_anyway_are_kept_at_propensity_1(store, caps
     stop(f'ok\n[cm]{{"rg": ["{first}:3"]}}[/cm]')
     assert "grades given on a turn that asked for none (teacher demotion): kept" in hook_log(cairn_home)
     [row] = [r for r in graded_rows(Settings()) if r.delivery_id is not None]
-    assert (row.grade, row.grade_propensity, propensity_weight(row)) == (3, 1.0, 1.0)
+    assert (row.grade, row.grade_propensity) == (3, 1.0)
 
 
 # -- the drift alarm -----------------------------------------------------------------------------------------------
@@ -289,16 +289,15 @@ def test_the_inverse_propensity_weight_reaches_the_label_rows_and_the_pairs(stor
     stop(f'ok\n[cm]{{"rg": ["{shown[0]}:3", "{shown[1]}:0"]}}[/cm]')
     rows = graded_rows(Settings())
     assert len(rows) == 2 and {r.grade_propensity for r in rows} == {grading.DEMOTED_RATE}
-    assert [propensity_weight(r) for r in rows] == [pytest.approx(1 / grading.DEMOTED_RATE)] * 2
     # a turn asked at rate 1 (before demotion, or CAIRN_GRADE_RATE=1) weighs 1
     _student_turns("legacy", 1, agree=True)
     rows = graded_rows(Settings())
     keys = {r.query_key for r in rows}
-    pairs, weights = make_pairs(rows, keys, min_gap=2), pair_weights(rows, keys, min_gap=2)
-    assert len(pairs) == len(weights) == 2
-    by_query = {p[0]: w for p, w in zip(pairs, weights)}
-    assert by_query["key"] == 1.0
-    assert [w for k, w in by_query.items() if k != "key"] == [pytest.approx(1 / grading.DEMOTED_RATE)]
+    pairs = make_pairs(rows, keys, min_gap=2)  # the same gap (3 vs 0): the weights differ by the propensity only
+    assert len(pairs) == 2
+    by_query = {p.key: p.weight for p in pairs}
+    demoted = [w for k, w in by_query.items() if k != "key"]
+    assert demoted == [pytest.approx(by_query["key"] / grading.DEMOTED_RATE)]
     # the exported silver file keeps it (`--data` trains with the same weights)
     path = tmp_path / "silver.jsonl"
     write_jsonl(rows, path)

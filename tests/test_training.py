@@ -94,7 +94,7 @@ def test_min_gap_keeps_only_clear_pairs():
     gap2 = make_pairs(rows, keys, min_gap=2)
     gap1 = make_pairs(rows, keys, min_gap=1)
     grade = {r.memory: r.grade for r in rows if r.query_key == "q0"}
-    assert all(grade[b] - grade[w] >= 2 for _, _, b, w in gap2)
+    assert all(grade[p.better] - grade[p.worse] >= 2 for p in gap2)
     assert len(gap2) == 6 and len(gap1) == 7  # 3 vs 0 (3), 2 vs 0 (3); gap 1 adds 3 vs 2
 
 
@@ -126,7 +126,7 @@ def test_the_gate_credits_a_student_that_promotes_an_explored_memory_and_no_long
     promotes_explored = ranking_quality(cases, [[7, 1, 2, 3, 4, 5, 6, 8]])
     promotes_unshown = ranking_quality(cases, [[9, 1, 2, 3, 4, 5, 7]])
     assert live.r5 == 0.5 and promotes_explored.r5 == 1.0
-    assert gate(promotes_explored, live, margin=0.02, recall_tolerance=0.02)[0]
+    assert gate({"query": promotes_explored}, {"query": live}, margin=0.02, recall_tolerance=0.02)[0]
     assert promotes_unshown.r5 == live.r5 and promotes_unshown.ndcg10 == pytest.approx(live.ndcg10)
 
 
@@ -149,9 +149,12 @@ def test_auto_epochs_scale_with_the_training_pairs():
     ],
 )
 def test_the_gate_wants_a_better_ranking_and_no_fewer_relevant_memories_shown(mine, live, passed, why):
-    verdict, reason = gate(Ranking(*mine, 40), Ranking(*live, 40), margin=0.02, recall_tolerance=0.02)
+    verdict, reason = gate(
+        {"query": Ranking(*mine, 40)}, {"query": Ranking(*live, 40)}, margin=0.02, recall_tolerance=0.02
+    )
     assert verdict is passed and why in reason
-    assert not gate(Ranking(float("nan"), float("nan"), 0), Ranking(0.5, 0.5, 0), margin=0, recall_tolerance=1)[0]
+    nothing = {"query": Ranking(float("nan"), float("nan"), 0)}
+    assert not gate(nothing, {"query": Ranking(0.5, 0.5, 0)}, margin=0, recall_tolerance=1)[0]
 
 
 def _graded_delivery(

@@ -23,8 +23,15 @@ def training_outcome(outcome: dict) -> None:
         output.message(f"{kind}: {outcome['reason']}" if kind == "skipped" else outcome["reason"])
     else:
         output.key_values(
-            {k: v for k, v in outcome.items() if k != "train_stats" and v is not None}, title=f"train-reranker: {kind}"
+            {k: v for k, v in outcome.items() if k not in ("train_stats", "forms") and v is not None},
+            title=f"train-reranker: {kind}",
         )
+        if outcome.get("forms"):
+            output.table(
+                [{"form": form, **numbers} for form, numbers in outcome["forms"].items()],
+                ["form", "queries", "student_ndcg10", "incumbent_ndcg10", "student_r5", "incumbent_r5"],
+                title="held-out, per form",
+            )
         if outcome.get("train_stats"):
             st = outcome["train_stats"]
             output.message(

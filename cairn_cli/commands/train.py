@@ -70,7 +70,8 @@ def train_reranker(
             "--recall-tolerance",
             min=0.0,
             max=1.0,
-            help="... and its held-out R@5 (relevant memories among the 5 shown) is at most this much lower.",
+            help="... and neither form's held-out nDCG@10 or R@5 (relevant memories among the 5 shown) is more than "
+            "this much lower.",
         ),
     ] = 0.02,
     engagement: Annotated[
@@ -119,9 +120,10 @@ def train_reranker(
     """Pairwise fine-tune a student cross-encoder on graded deliveries; it goes live only if it ranks better.
 
     Held-out queries are split off first (by query, seeded). Each is ranked as production ranks it (its context
-    window over the memory store, or over its own --data rows): once with the student blended in as it would be
-    deployed, once as ranked live. The student deploys only when nDCG@10 rises by --deploy-margin and R@5 falls by
-    no more than --recall-tolerance (grade >= 2 relevant; pairwise agreement is reported beside it). A deployed
+    window and its prompt alone over the memory store, or over its own --data rows): once with the student blended
+    in as it would be deployed, once as ranked live. The student deploys only when nDCG@10 over both forms rises by
+    --deploy-margin and neither form's nDCG@10 or R@5 falls by more than --recall-tolerance (grade >= 2 relevant;
+    pairwise agreement is reported beside it). A deployed
     student replaces the live one atomically; the daemon picks it up on its next request.
     Example: cairn train-reranker --engagement --engagement-methods lexical,semantic --json
     """

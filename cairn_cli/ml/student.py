@@ -48,6 +48,17 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def pairwise_loss(better, worse, weights, margin: float):
+    """The weighted margin ranking loss of a batch: each pair's max(0, margin - (better - worse)) times its weight,
+    averaged over the batch (weights of mean 1 over the training pairs keep the unweighted loss's scale)."""
+    import torch
+
+    per_pair = torch.nn.functional.margin_ranking_loss(
+        better, worse, torch.ones_like(better), margin=margin, reduction="none"
+    )
+    return (per_pair * weights.to(per_pair.dtype)).mean()
+
+
 class CrossEncoderModel:
     """A tokenizer and a one-logit sequence classifier from a local directory."""
 
@@ -116,31 +127,35 @@ class CrossEncoderModel:
         margin: float,
         seed: int,
         progress: Callable[[int], None] | None = None,
+        weights: list[float] | None = None,
     ) -> TrainStats:
-        """Fine-tune on (query, better, worse) triples with a margin ranking loss; seeded, linear warm-up/decay."""
+        """Fine-tune on (query, better, worse) triples with a margin ranking loss, each triple's loss weighted by
+        `weights` (mean 1: core/learning/pairs.py; None: 1 each); seeded, linear warm-up/decay."""
         from transformers import get_linear_schedule_with_warmup
 
         torch = self.torch
         torch.manual_seed(seed)
         rng = random.Random(seed)
-        order = list(triples)
+        if weights is not None and len(weights) != len(triples):
+            raise ValueError(f"{len(weights)} weights for {len(triples)} triples")
+        order = list(zip(triples, weights if weights is not None else [1.0] * len(triples)))
         steps_per_epoch = (len(order) + batch_size - 1) // batch_size
         total = max(1, steps_per_epoch * epochs)
         warmup = max(1, total // 10)
         opt = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=0.01)
         sched = get_linear_schedule_with_warmup(opt, num_warmup_steps=warmup, num_training_steps=total)
-        loss_fn = torch.nn.MarginRankingLoss(margin=margin)
         self.model.train()
         t0, step, loss_value = time.time(), 0, float("nan")
         for _ in range(epochs):
             rng.shuffle(order)
             for start in range(0, len(order), batch_size):
-                batch = order[start : start + batch_size]
+                chunk = order[start : start + batch_size]
+                batch = [t for t, _ in chunk]
                 queries = [q for q, _, _ in batch]
                 enc = self._encode(queries + queries, [b for _, b, _ in batch] + [w for _, _, w in batch])
                 logits = self._logits(enc)
                 better, worse = logits[: len(batch)], logits[len(batch) :]
-                loss = loss_fn(better, worse, torch.ones_like(better))
+                loss = pairwise_loss(better, worse, torch.tensor([w for _, w in chunk], device=better.device), margin)
                 opt.zero_grad()
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)

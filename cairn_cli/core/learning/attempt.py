@@ -20,6 +20,7 @@ HELD_OUT = (  # the held-out numbers of student and incumbent: in the model card
     "incumbent_r5",
     "student_ndcg10",
     "incumbent_ndcg10",
+    "forms",
 )
 STATE_KEY = "reranker_training"  # the last attempt: when, on how many labels, the numbers, the outcome
 
@@ -76,7 +77,10 @@ class TrainReport:
     incumbent_r5: float | None = None  # the live pipeline (composite, or composite + the live reranker)
     student_ndcg10: float | None = None
     incumbent_ndcg10: float | None = None
-    queries_better: int | None = None  # held-out queries whose nDCG@10 the student raises / lowers
+    # per form (window: the hook's window, prompt: the prompt alone; query: a --data query): the same four numbers
+    # and the queries they are over; the overall ones above pool the forms
+    forms: dict = field(default_factory=dict)
+    queries_better: int | None = None  # held-out (query, form) rankings whose nDCG@10 the student raises / lowers
     queries_worse: int | None = None
     deploy_margin: float | None = None
     recall_tolerance: float | None = None

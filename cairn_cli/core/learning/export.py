@@ -14,7 +14,6 @@ from cairn_cli.files import atomic_write, private_dir
 
 SILVER_NAME = "relevance_silver.jsonl"
 SILVER_FIELDS = ("query", "memory", "grade", "hard_negative", "query_key", "delivery_id", "grade_propensity")
-MIN_PROPENSITY = 0.05  # inverse-propensity weights are clipped at 1 / this (20): one turn never swamps the rest
 
 
 @dataclass
@@ -28,20 +27,10 @@ class LabelRow:
     source: str = "grade"  # grade | engagement
     memory_id: int | None = None  # a graded delivery's memory (the ranking gate finds it in the store's ranking)
     scope: str | None = None  # the scope the delivery was ranked in
-    grade_propensity: float = 1.0  # P(this grade was asked for): its turn's grade rate (teacher demotion); 1: always
-
-
-def propensity_weight(row: LabelRow) -> float:
-    """The row's inverse-propensity weight: 1 / P(its grade was asked for), clipped at 1 / MIN_PROPENSITY. Turns
-    asked at rate 0.3 stand for the 70% that were not, so a label budget spent under demotion teaches what one at
-    rate 1 would (core/experiment/grading.py). A pair weighs the mean of its two rows' weights (pair_weight)."""
-    return 1.0 / max(MIN_PROPENSITY, min(1.0, row.grade_propensity))
-
-
-def pair_weight(better: LabelRow, worse: LabelRow) -> float:
-    """The inverse-propensity weight of a (better, worse) pair of one query: the mean of its rows' (one turn's rows
-    share their propensity; a query asked in two turns at two rates gets the mean)."""
-    return (propensity_weight(better) + propensity_weight(worse)) / 2
+    prompt: str | None = None  # the window's prompt, as the hook kept it (hook_state): the gate's prompt-alone form
+    engaged: bool | None = None  # a graded delivery's engagement decision too (None: none): agreement weighting
+    explore_propensity: float = 1.0  # the chance exploration showed it (score_components; 1: ranked into view)
+    grade_propensity: float = 1.0  # the chance its turn was asked for grades (teacher demotion; 1: every turn)
 
 
 def observed_propensity(propensity: float | None, asked: bool | None) -> float:
@@ -82,6 +71,7 @@ def graded_rows(settings: Settings, *, instance: str | None = None) -> list[Labe
         query = query.where(MemoryDelivery.instance == instance)
     rows = list(query.order_by(MemoryDelivery.id))
     texts = _texts(rows)
+    prompts = _prompts(rows)
     return [
         LabelRow(
             r.context_window,
@@ -93,10 +83,37 @@ def graded_rows(settings: Settings, *, instance: str | None = None) -> list[Labe
             memory_id=r.memory_id,
             scope=r.scope,
             grade_propensity=observed_propensity(r.grade_propensity, r.grade_asked),
+            prompt=prompts.get((r.session_id, r.turn)),
+            engaged=bool(r.engaged) if r.engaged is not None and r.engaged_method else None,
+            explore_propensity=_explore_propensity(r.score_components),
         )
         for r in rows
         if r.memory_id in texts and r.context_window  # '': expired (core/store/retention.py), no query to pair
     ]
+
+
+def _prompts(rows) -> dict[tuple[str, int], str]:
+    """The prompt hook_state kept for each delivery's turn (none for a turn whose state expired)."""
+    from cairn_cli.db.tables import HookState
+
+    sessions = sorted({r.session_id for r in rows})
+    out = {}
+    for start in range(0, len(sessions), 500):  # under SQLite's bound on a statement's variables
+        chunk = sessions[start : start + 500]
+        for h in HookState.select(HookState.session_id, HookState.turn, HookState.data).where(
+            HookState.session_id.in_(chunk)
+        ):
+            prompt = (h.data or {}).get("prompt")
+            if isinstance(prompt, str) and prompt:
+                out[(h.session_id, h.turn)] = prompt
+    return out
+
+
+def _explore_propensity(components) -> float:
+    """The logged chance that exploration showed this memory (core/ranking/pipeline.py `explored`); 1.0 for a
+    memory the ranking itself put in view."""
+    value = (components or {}).get("explore_propensity") if isinstance(components, dict) else None
+    return float(value) if isinstance(value, (int, float)) and 0 < value <= 1 else 1.0
 
 
 DEFAULT_ENGAGEMENT_METHODS = ("lexical", "semantic")  # semantic-backfill's weaker labels are opt-in

@@ -1,6 +1,7 @@
 """The gate: a trained student deploys only when the ranking users would get with it blended in beats the live
-ranking on the same held-out queries (nDCG@10 up by a margin, R@5 down by no more than a tolerance). The method is
-written out in docs/learning.md."""
+ranking on the same held-out queries, in every form users send them (the hook's window and the prompt alone):
+nDCG@10 over both forms up by a margin, and neither form's nDCG@10 or R@5 down by more than a tolerance. The method
+is written out in docs/learning.md."""
 
 from __future__ import annotations
 
@@ -14,27 +15,44 @@ from cairn_cli.core.learning.export import LabelRow
 from cairn_cli.core.learning.incumbent import Incumbent
 from cairn_cli.core.learning.pairs import Split, agreement, by_query
 from cairn_cli.core.metrics import ndcg
+from cairn_cli.core.ranking.context import ContextWindow, window_of
+from cairn_cli.core.text import context_key
 
 AUTO_PROMOTE_SAFE = 0.90
 GATE_K = 10  # the gate ranks each held-out query's top 10: R@5 and nDCG@10
 RELEVANT_GRADE = 2  # a memory graded >= 2 counts as relevant for R@5
+WINDOW, PROMPT, QUERY = "window", "prompt", "query"  # the forms: the hook's window, its prompt alone, a --data query
+STORE_FORMS = (WINDOW, PROMPT)
 
 
 @dataclass
 class RankingCase:
-    """One held-out query as the gate ranks it. From graded deliveries: its context window over the memory store
-    in its scope (`rows` None, `grades` by memory id). From `--data` rows: over the query's own rows (`rows` are
-    the candidates' texts, `grades` by position)."""
+    """One held-out query as the gate ranks it. From graded deliveries: its context window (`query`, with the
+    prompt hook_state kept, `prompt`) over the memory store in its scope (`rows` None, `grades` by memory id). From
+    `--data` rows: over the query's own rows (`rows` are the candidates' texts, `grades` by position)."""
 
     key: str
     query: str
     scope: str | None
     grades: dict[int, int]
     rows: list[str] | None = None
+    prompt: str | None = None
 
     @property
     def relevant(self) -> set[int]:
         return {i for i, g in self.grades.items() if g >= RELEVANT_GRADE}
+
+    @property
+    def forms(self) -> tuple[str, ...]:
+        return (QUERY,) if self.rows is not None else STORE_FORMS
+
+    def context(self, form: str) -> ContextWindow:
+        """The query in `form`: the window as the hook ranked it (its prompt the query, its earlier turns context:
+        core/ranking/query.py), or the prompt alone (a window's first part: context.window_of)."""
+        window = window_of(self.query, self.prompt)
+        if form == PROMPT:
+            return ContextWindow(text=window.prompt, key=context_key(window.prompt), prompt=window.prompt)
+        return window
 
 
 @dataclass
@@ -55,7 +73,8 @@ def ranking_cases(split_rows: list[LabelRow], keys: set[str], *, from_store: boo
     for key, group in by_query(split_rows, keys):
         if from_store:
             grades = {r.memory_id: r.grade for r in group if r.memory_id is not None}
-            out.append(RankingCase(key, group[-1].query, group[-1].scope, grades))
+            prompt = next((r.prompt for r in reversed(group) if r.prompt), None)
+            out.append(RankingCase(key, group[-1].query, group[-1].scope, grades, prompt=prompt))
         else:
             texts = list(dict.fromkeys(r.memory for r in group))
             grades = {}
@@ -81,55 +100,77 @@ class StudentReranker:
         return list(raw)
 
 
-def pipeline_rankings(cases: list[RankingCase], rerankers: dict, settings: Settings) -> dict[str, list[list[int]]]:
-    """Each held-out query ranked by the production pipeline (core/ranking: the engine's table over the memory
-    store, or the query's own rows; composite -> the best RERANK_CANDIDATES reranked, floor, blend) once per
-    reranker (None: the composite alone). Returns, per reranker name, each case's ranking as deep as the rerank
+class _Remembered:
+    """An encoder that embeds each text once across the gate's rankings (the same prompt and window are ranked
+    once per reranker); the same model, so the engine's warm table is the same."""
+
+    def __init__(self, encoder) -> None:
+        self.encoder, self.name, self.dim = encoder, encoder.name, encoder.dim
+        self._vecs: dict = {}
+
+    def encode(self, texts: list[str], *, progress: bool = False):
+        import numpy as np
+
+        todo = [t for t in dict.fromkeys(texts) if t not in self._vecs]
+        if todo:
+            self._vecs.update(zip(todo, self.encoder.encode(todo)))
+        return np.asarray([self._vecs[t] for t in texts])
+
+
+def pipeline_rankings(
+    cases: list[RankingCase], rerankers: dict, settings: Settings, *, form: str = WINDOW
+) -> dict[str, list[list[int]]]:
+    """Each held-out query, in `form`, ranked by the production pipeline once per reranker (None: the composite
+    alone). A store's query goes through `rank()` itself, as `cairn rank` and the hook rank it (core/ranking/rank.py:
+    the window's query plan, the scope's profile and composite floor, the best RERANK_CANDIDATES reranked, floor,
+    blend); a `--data` query over its own rows. Returns, per reranker name, each case's ranking as deep as the rerank
     stage goes (ranking_quality condenses it to the graded memories, then cuts it at 5 and GATE_K)."""
+    from cairn_cli.core.ranking.engine import RankEngine
+    from cairn_cli.core.ranking.rank import RankQuery, rank
+
+    engine = RankEngine.in_process(settings, with_reranker=False)
+    encoder = _Remembered(engine.encoder)
+    depth = max(GATE_K, settings.RERANK_CANDIDATES)  # an explored memory may sit below the top 10
+    out: dict[str, list[list[int]]] = {name: [] for name in rerankers}
+    for name, reranker in rerankers.items():
+        view = engine.view(encoder=encoder, reranker=reranker, store_encoder=engine.encoder)
+        for case in cases:
+            if case.rows is not None:
+                out[name].append(_rows_ranking(case, reranker, view, settings, depth))
+                continue
+            query = RankQuery(case.context(form), k=depth, scope=case.scope, strict_scope=False)
+            out[name].append([item.id for item in rank(query, settings, view).items])
+    return out
+
+
+def _rows_ranking(case: RankingCase, reranker, engine, settings: Settings, depth: int) -> list[int]:
+    """A `--data` query over its own rows (the candidates already chosen: no composite floor), by the pipeline."""
     import numpy as np
 
     from cairn_cli.core.ids import GLOBAL_SCOPE
-    from cairn_cli.core.ranking.engine import RankEngine
     from cairn_cli.core.ranking.pipeline import select
-    from cairn_cli.core.ranking.profiles import composite_floor
     from cairn_cli.core.ranking.profiles import profile as get_profile
     from cairn_cli.core.ranking.scoring import Candidate, ScoringTable
 
-    engine = RankEngine.in_process(settings, with_reranker=False)
-    out: dict[str, list[list[int]]] = {name: [] for name in rerankers}
-    store_cases = [c for c in cases if c.rows is None]
-    entry = engine.table(settings) if store_cases else None
-    vecs = dict(zip((c.key for c in store_cases), engine.embed([c.query for c in store_cases])))
+    assert case.rows is not None
     now = utcnow()
-    for case in cases:
-        if case.rows is None:
-            assert entry is not None
-            table, scope = entry.table, case.scope if case.scope in entry.scopes else GLOBAL_SCOPE
-            sims = table.similarities(np.asarray(vecs[case.key])) if len(table) else None
-        else:
-            encoded = engine.embed([case.query, *case.rows])
-            table, scope = ScoringTable([], settings.KEYWORD_FIELD_WEIGHT, dim=engine.encoder.dim), None
-            for i, (text, vec) in enumerate(zip(case.rows, encoded[1:])):
-                table.upsert(Candidate(i, text, [], GLOBAL_SCOPE, "fact", 0.75, now), vec)
-            sims = table.similarities(np.asarray(encoded[0]))
-        # the profile and composite floor `cairn rank` ranks the scope with (auto: its kind of store's)
-        profile = get_profile(settings, kind=table.kind(scope))
-        floor, _ = composite_floor(settings, profile.name, engine.embed_model)
-        for name, reranker in rerankers.items():
-            chosen = select(
-                table,
-                case.query,
-                sims,
-                scope=scope,
-                k=max(GATE_K, settings.RERANK_CANDIDATES),  # an explored memory may sit below the top 10
-                settings=settings,
-                reranker=reranker,
-                ranker="gate",
-                profile=profile,
-                floor=floor if case.rows is None else 0.0,  # --data rows are the candidates already chosen
-            ).chosen
-            out[name].append([s.candidate.id for s in chosen])
-    return out
+    encoded = engine.embed([case.query, *case.rows])
+    table = ScoringTable([], settings.KEYWORD_FIELD_WEIGHT, dim=engine.encoder.dim)
+    for i, (text, vec) in enumerate(zip(case.rows, encoded[1:])):
+        table.upsert(Candidate(i, text, [], GLOBAL_SCOPE, "fact", 0.75, now), vec)
+    chosen = select(
+        table,
+        case.query,
+        table.similarities(np.asarray(encoded[0])),
+        scope=None,
+        k=depth,
+        settings=settings,
+        reranker=reranker,
+        ranker="gate",
+        profile=get_profile(settings, kind=table.kind(None)),
+        floor=0.0,
+    ).chosen
+    return [s.candidate.id for s in chosen]
 
 
 def ranking_quality(cases: list[RankingCase], ranked: list[list[int]]) -> Ranking:
@@ -149,26 +190,61 @@ def ranking_quality(cases: list[RankingCase], ranked: list[list[int]]) -> Rankin
     return Ranking(sum(r for r, _ in per_query) / n, sum(d for _, d in per_query) / n, n, per_query)
 
 
-def gate(candidate: Ranking, live: Ranking, *, margin: float, recall_tolerance: float) -> tuple[bool, str]:
-    """Deploy when the deployed pipeline ranks the held-out queries better than the live one: nDCG@10 at least
-    `margin` higher, and R@5 (what the agent is shown) at most `recall_tolerance` lower. Both on the same queries."""
-    if not candidate.queries or math.isnan(candidate.ndcg10) or math.isnan(live.ndcg10):
-        return False, "no held-out query with a relevant (grade >= 2) memory to judge on"
-    numbers = (
-        f"nDCG@10 {candidate.ndcg10:.3f} vs live {live.ndcg10:.3f} (margin {margin:+.3f}), "
-        f"R@5 {candidate.r5:.3f} vs live {live.r5:.3f} (tolerance {recall_tolerance:.3f}), "
-        f"{candidate.queries} held-out queries"
+FORM_NAMES = {WINDOW: "the hook's window", PROMPT: "the prompt alone", QUERY: "the query"}
+
+
+def pooled(rankings: list[Ranking]) -> Ranking:
+    """One Ranking over several forms' rankings of the same queries: every (query, form) counts once."""
+    judged = [r for r in rankings if r.queries and not math.isnan(r.ndcg10)]
+    n = sum(r.queries for r in judged)
+    if not n:
+        return Ranking(float("nan"), float("nan"), 0)
+    return Ranking(
+        sum(r.r5 * r.queries for r in judged) / n,
+        sum(r.ndcg10 * r.queries for r in judged) / n,
+        n,
+        [q for r in judged for q in r.per_query],
     )
-    if candidate.ndcg10 < live.ndcg10 + margin:
+
+
+def gate(
+    candidate: dict[str, Ranking], live: dict[str, Ranking], *, margin: float, recall_tolerance: float
+) -> tuple[bool, str]:
+    """Deploy when the deployed pipeline ranks the held-out queries better than the live one in the forms users send
+    them (`candidate` and `live`: form -> Ranking, on the same queries): nDCG@10 over every form at least `margin`
+    higher, and no form's nDCG@10 or R@5 (what the agent is shown) more than `recall_tolerance` lower. A student
+    that helps one form and costs the other is refused, and the reason names the form. With one form (`--data`) the
+    margin is its nDCG@10 rule (a negative margin lets it rank worse, as asked)."""
+    forms = [f for f in candidate if candidate[f].queries and not math.isnan(candidate[f].ndcg10)]
+    if not forms or any(math.isnan(live[f].ndcg10) for f in forms):
+        return False, "no held-out query with a relevant (grade >= 2) memory to judge on"
+    mine, theirs = pooled([candidate[f] for f in forms]), pooled([live[f] for f in forms])
+    per_form = "; ".join(
+        f"{FORM_NAMES.get(f, f)}: nDCG@10 {candidate[f].ndcg10:.3f} vs live {live[f].ndcg10:.3f}, "
+        f"R@5 {candidate[f].r5:.3f} vs live {live[f].r5:.3f}"
+        for f in forms
+    )
+    numbers = (
+        f"nDCG@10 {mine.ndcg10:.3f} vs live {theirs.ndcg10:.3f} (margin {margin:+.3f}), "
+        f"R@5 {mine.r5:.3f} vs live {theirs.r5:.3f} (tolerance {recall_tolerance:.3f})"
+        + (f" over {len(forms)} forms ({per_form})" if len(forms) > 1 else "")
+        + f", {max(candidate[f].queries for f in forms)} held-out queries"
+    )
+    for f in forms:
+        name = FORM_NAMES.get(f, f)
+        if candidate[f].r5 < live[f].r5 - recall_tolerance:
+            return False, f"fewer relevant memories shown for {name}: {numbers}"
+        if len(forms) > 1 and candidate[f].ndcg10 < live[f].ndcg10 - recall_tolerance:
+            return False, f"{name} ranks worse: {numbers}"
+    if mine.ndcg10 < theirs.ndcg10 + margin:
         return False, f"the ranking does not improve enough: {numbers}"
-    if candidate.r5 < live.r5 - recall_tolerance:
-        return False, f"fewer relevant memories shown: {numbers}"
     return True, f"the ranking improves: {numbers}"
 
 
 def judge(model, inc: Incumbent, split: Split, opts: TrainOptions, report: TrainReport, settings: Settings) -> bool:
     """Student and incumbent on the SAME held-out queries. Pairwise agreement is reported; the gate is the ranking
-    users get: each held-out query ranked by the production pipeline with the student blended in vs the live one."""
+    users get: each held-out query ranked by the production pipeline with the student blended in vs the live one,
+    in each form users send it (a store's: the hook's window and the prompt alone; a --data query: as it is)."""
 
     def student_scorer(query: str, texts: list[str]) -> list[float]:
         return model.score([(query, t) for t in texts])
@@ -177,12 +253,27 @@ def judge(model, inc: Incumbent, split: Split, opts: TrainOptions, report: Train
     report.incumbent_agreement = round(agreement(inc.scorer, split.held_pairs), 4)
     cases = ranking_cases(split.rows, split.held_keys, from_store=opts.data is None)
     student = StudentReranker(model, settings.CROSS_ENCODER_STUDENT_FLOOR)
-    ranked = pipeline_rankings(cases, {"student": student, "live": inc.reranker}, settings)
-    mine, live = ranking_quality(cases, ranked["student"]), ranking_quality(cases, ranked["live"])
-    report.ranking_queries = mine.queries
-    report.student_r5, report.incumbent_r5 = _round(mine.r5), _round(live.r5)
-    report.student_ndcg10, report.incumbent_ndcg10 = _round(mine.ndcg10), _round(live.ndcg10)
-    pairs = list(zip(mine.per_query, live.per_query))
+    forms = (QUERY,) if opts.data is not None else STORE_FORMS
+    mine: dict[str, Ranking] = {}
+    live: dict[str, Ranking] = {}
+    for form in forms:
+        ranked = pipeline_rankings(cases, {"student": student, "live": inc.reranker}, settings, form=form)
+        mine[form], live[form] = ranking_quality(cases, ranked["student"]), ranking_quality(cases, ranked["live"])
+    overall_mine, overall_live = pooled(list(mine.values())), pooled(list(live.values()))
+    report.ranking_queries = max(r.queries for r in mine.values())
+    report.student_r5, report.incumbent_r5 = _round(overall_mine.r5), _round(overall_live.r5)
+    report.student_ndcg10, report.incumbent_ndcg10 = _round(overall_mine.ndcg10), _round(overall_live.ndcg10)
+    report.forms = {
+        form: {
+            "queries": mine[form].queries,
+            "student_r5": _round(mine[form].r5),
+            "incumbent_r5": _round(live[form].r5),
+            "student_ndcg10": _round(mine[form].ndcg10),
+            "incumbent_ndcg10": _round(live[form].ndcg10),
+        }
+        for form in forms
+    }
+    pairs = list(zip(overall_mine.per_query, overall_live.per_query))
     report.queries_better = sum(a[1] > b[1] + 1e-9 for a, b in pairs)
     report.queries_worse = sum(a[1] < b[1] - 1e-9 for a, b in pairs)
     report.deploy_margin, report.recall_tolerance = opts.deploy_margin, opts.recall_tolerance

@@ -87,11 +87,13 @@ def _train_student(settings: Settings, opts: TrainOptions, split: Split, inc: In
     model = CrossEncoderModel(
         base, device=opts.device, max_length=opts.max_length or settings.RERANKER_MAX_LENGTH, layers=opts.layers
     )
-    triples = [(q, b, w) for _, q, b, w in split.train_pairs + split.weak_pairs]
+    pairs = split.training()
+    triples = [(p.query, p.better, p.worse) for p in pairs]
     epochs = opts.epochs or epochs_for(len(triples))
     callback = progress(len(triples) * epochs, "training") if progress else None
     stats = model.train_pairwise(
         triples,
+        weights=[p.weight for p in pairs],
         epochs=epochs,
         batch_size=opts.batch_size,
         lr=opts.lr,

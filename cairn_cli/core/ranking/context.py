@@ -108,3 +108,35 @@ def build_context_window(
     return ContextWindow(
         text=text, key=context_key(text), prompt=cleaned_prompt, turns_used=used, notes=notes, earlier=pieces
     )
+
+
+_ROLE_MARK = re.compile(r"(?:^| )(user|assistant): ")
+
+
+def window_of(text: str, prompt: str | None = None) -> ContextWindow:
+    """The ContextWindow a logged window `text` was ranked as (its prompt, its earlier turns), so that it can be
+    ranked again exactly as the hook ranked it (the learning gate). `prompt`: the turn's prompt as hook_state kept it
+    (cleaned, perhaps cut at its PROMPT_CHARS): the window starts with it, so the prompt ends where it says even
+    when the prompt itself holds "user: ". Without it (or when it does not open the window) the prompt ends at the
+    first " user: " / " assistant: " mark: only a prompt that quotes such a mark is then cut short. The earlier
+    pieces are the marks' texts, newest first, as build_context_window joined them."""
+    start = 0
+    if prompt and text.startswith(prompt):
+        if len(text) == len(prompt):
+            return ContextWindow(text=text, key=context_key(text), prompt=text)
+        start = len(prompt)  # the prompt kept whole, or its cut end: the earlier turns start at a mark after it
+    first = next((m for m in _ROLE_MARK.finditer(text, start) if m.start() >= start and m.start() > 0), None)
+    if first is None:
+        return ContextWindow(text=text, key=context_key(text), prompt=text)
+    marks = [first, *(m for m in _ROLE_MARK.finditer(text, first.end()))]
+    earlier = [
+        (m.group(1), text[m.end() : marks[i + 1].start() if i + 1 < len(marks) else len(text)])
+        for i, m in enumerate(marks)
+    ]
+    return ContextWindow(
+        text=text,
+        key=context_key(text),
+        prompt=text[: first.start()],
+        turns_used=sum(1 for role, _ in earlier if role == "user"),
+        earlier=earlier,
+    )
