@@ -5,6 +5,7 @@ written out in docs/learning.md."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cairn_cli.clock import utcnow
@@ -14,6 +15,8 @@ from cairn_cli.core.learning.export import LabelRow
 from cairn_cli.core.learning.incumbent import Incumbent
 from cairn_cli.core.learning.pairs import Split, agreement, by_query
 from cairn_cli.core.metrics import ndcg
+from cairn_cli.core.ranking import learned as learned_profile
+from cairn_cli.core.ranking.profiles import Profile
 
 AUTO_PROMOTE_SAFE = 0.90
 GATE_K = 10  # the gate ranks each held-out query's top 10: R@5 and nDCG@10
@@ -81,11 +84,15 @@ class StudentReranker:
         return list(raw)
 
 
-def pipeline_rankings(cases: list[RankingCase], rerankers: dict, settings: Settings) -> dict[str, list[list[int]]]:
+def pipeline_rankings(
+    cases: list[RankingCase], rerankers: dict, settings: Settings, *, profile: Callable[[Profile], Profile] | None = None
+) -> dict[str, list[list[int]]]:
     """Each held-out query ranked by the production pipeline (core/ranking: the engine's table over the memory
     store, or the query's own rows; composite -> the best RERANK_CANDIDATES reranked, floor, blend) once per
-    reranker (None: the composite alone). Returns, per reranker name, each case's ranking as deep as the rerank
-    stage goes (ranking_quality condenses it to the graded memories, then cuts it at 5 and GATE_K)."""
+    reranker (None: the composite alone). `profile`: what a scope's shipped profile is ranked as (a learned
+    profile's weights, core/learning/fusion.py; None: the shipped one). Returns, per reranker name, each case's
+    ranking as deep as the rerank stage goes (ranking_quality condenses it to the graded memories, then cuts it at 5
+    and GATE_K)."""
     import numpy as np
 
     from cairn_cli.core.ids import GLOBAL_SCOPE
@@ -113,8 +120,9 @@ def pipeline_rankings(cases: list[RankingCase], rerankers: dict, settings: Setti
                 table.upsert(Candidate(i, text, [], GLOBAL_SCOPE, "fact", 0.75, now), vec)
             sims = table.similarities(np.asarray(encoded[0]))
         # the profile and composite floor `cairn rank` ranks the scope with (auto: its kind of store's)
-        profile = get_profile(settings, kind=table.kind(scope))
-        floor, _ = composite_floor(settings, profile.name, engine.embed_model)
+        shipped = get_profile(settings, kind=table.kind(scope))
+        ranked_as = profile(shipped) if profile is not None else shipped
+        floor, _ = composite_floor(settings, ranked_as.name, engine.embed_model)
         for name, reranker in rerankers.items():
             chosen = select(
                 table,
@@ -125,7 +133,7 @@ def pipeline_rankings(cases: list[RankingCase], rerankers: dict, settings: Setti
                 settings=settings,
                 reranker=reranker,
                 ranker="gate",
-                profile=profile,
+                profile=ranked_as,
                 floor=floor if case.rows is None else 0.0,  # --data rows are the candidates already chosen
             ).chosen
             out[name].append([s.candidate.id for s in chosen])
@@ -177,7 +185,9 @@ def judge(model, inc: Incumbent, split: Split, opts: TrainOptions, report: Train
     report.incumbent_agreement = round(agreement(inc.scorer, split.held_pairs), 4)
     cases = ranking_cases(split.rows, split.held_keys, from_store=opts.data is None)
     student = StudentReranker(model, settings.CROSS_ENCODER_STUDENT_FLOOR)
-    ranked = pipeline_rankings(cases, {"student": student, "live": inc.reranker}, settings)
+    # both under the profile users get now (a deployed learned profile's weights: core/ranking/learned.py)
+    served = learned_profile.live(settings)
+    ranked = pipeline_rankings(cases, {"student": student, "live": inc.reranker}, settings, profile=served)
     mine, live = ranking_quality(cases, ranked["student"]), ranking_quality(cases, ranked["live"])
     report.ranking_queries = mine.queries
     report.student_r5, report.incumbent_r5 = _round(mine.r5), _round(live.r5)
