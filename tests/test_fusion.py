@@ -60,7 +60,9 @@ def test_the_fit_recovers_a_known_weighting():
     # relevance weights sum as the shipped ones (the composite floor reads the same scale)
     assert w["similarity"] + w["keywords"] + got.params["context_keywords"] == pytest.approx(0.65, abs=1e-4)
     fresh = _pairs(truth, 200, np.random.default_rng(6))
-    assert fusion.misordered(fusion.theta_of(got.params), fresh) < fusion.misordered(fusion.theta_of(SHIPPED), fresh) - 0.1
+    assert (
+        fusion.misordered(fusion.theta_of(got.params), fresh) < fusion.misordered(fusion.theta_of(SHIPPED), fresh) - 0.1
+    )
 
 
 def test_with_no_few_or_contradictory_labels_the_shipped_weights_stay():
@@ -152,7 +154,7 @@ def _scope_store(cli, queries: int = 30) -> list[tuple[str, str, int]]:
         ):
             assert cli("memory", "add", text, "--scope", where).exit_code == 0
             ids[text] = max(m.id for m in memories.list_memories(Settings(), include_superseded=True))
-        for (text, mid), grade in zip(ids.items(), (0, 0, 3)):
+        for mid, grade in zip(ids.values(), (0, 0, 3)):
             _graded_delivery(mid, "s", q, prompt, grade=grade, scope=scope)
         out.append((scope, prompt, list(ids.values())[2]))
     return out

@@ -20,6 +20,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -33,6 +34,9 @@ from cairn_cli.core.ranking.profiles import Profile
 from cairn_cli.core.store import state
 from cairn_cli.errors import InvalidInput, NotFound
 from cairn_cli.files import atomic_write
+
+if TYPE_CHECKING:
+    from cairn_cli.core.ranking.scoring import ScoringTable
 
 LEARNED_KEY = "learned_profile"  # machine state: the deployed learned profile, its previous version, its numbers
 COMPONENT_NAMES = ("similarity", "keywords", "scope", "confidence", "recency")
@@ -151,6 +155,33 @@ def fit(pairs: Pairs, start: dict, *, prior: float = PRIOR, steps: int = STEPS) 
 # -- features of the graded deliveries, through the scoring table ------------------------------------------------
 
 
+def _neighbours(feats: dict[str, np.ndarray], slot: int) -> np.ndarray:
+    """The features of `slot`'s two neighbours (zero where none, or out of scope: score() gives those 0)."""
+    matrix, mask = feats["matrix"], feats["in_scope"]
+    out = np.zeros((2, matrix.shape[1]))
+    for j, side in enumerate((feats["prev"], feats["next"])):
+        other = int(side[slot])
+        if other >= 0 and mask[other]:
+            out[j] = matrix[other]
+    return out
+
+
+@dataclass
+class _Bucket:
+    """The pairs of one kind of store as they are collected."""
+
+    rows: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]] = field(default_factory=list)
+    queries: int = 0
+
+    def add(self, feats: dict[str, np.ndarray], better: int, worse: int, weight: float) -> None:
+        m = feats["matrix"]
+        self.rows.append((m[better], _neighbours(feats, better), m[worse], _neighbours(feats, worse), weight))
+
+    def pairs(self) -> Pairs:
+        b, bn, w, wn, weight = (np.asarray(c) for c in zip(*self.rows))
+        return Pairs(b, bn, w, wn, weight, self.queries)
+
+
 def collect(
     settings: Settings, rows: list[LabelRow], keys: set[str], *, min_gap: int
 ) -> tuple[dict[str, Pairs], dict[str, Profile]]:
@@ -166,11 +197,11 @@ def collect(
         return {}, {}
     engine = RankEngine.in_process(settings, with_reranker=False)
     entry = engine.table(settings)
-    table = entry.table
+    table = cast("ScoringTable", entry.table)  # an engine with an embedder keeps a scoring table
     if not len(table):
         return {}, {}
     vecs = engine.embed([g[-1].query for _, g in groups])
-    parts: dict[str, dict[str, list]] = {}
+    parts: dict[str, _Bucket] = {}
     profiles: dict[str, Profile] = {}
     for (_, group), vec in zip(groups, vecs):
         scope = group[-1].scope if group[-1].scope in entry.scopes else GLOBAL_SCOPE
@@ -195,34 +226,13 @@ def collect(
         found = [(a, b) for a in slots for b in slots if grades[a][0] - grades[b][0] >= min_gap]
         if not found:
             continue
-        matrix, mask = feats["matrix"], feats["in_scope"]
-
-        def neighbours(slot: int) -> np.ndarray:
-            out = np.zeros((2, matrix.shape[1]))
-            for j, side in enumerate((feats["prev"], feats["next"])):
-                other = int(side[slot])
-                if other >= 0 and mask[other]:
-                    out[j] = matrix[other]
-            return out
-
-        bucket = parts.setdefault(shipped.name, {"b": [], "bn": [], "w": [], "wn": [], "wt": [], "q": 0})
         profiles[shipped.name] = shipped
-        bucket["q"] += 1
-        for a, b in found:
-            sa, sb = slots[a], slots[b]
-            bucket["b"].append(matrix[sa])
-            bucket["bn"].append(neighbours(sa))
-            bucket["w"].append(matrix[sb])
-            bucket["wn"].append(neighbours(sb))
-            bucket["wt"].append(2.0 if grades[b][1] else 1.0)  # a misleading memory is a stronger negative
-        weights = np.asarray(bucket["wt"][-len(found) :])
-        bucket["wt"][-len(found) :] = list(weights / weights.sum())  # each query weighs as one
-    out = {
-        name: Pairs(
-            np.asarray(p["b"]), np.asarray(p["bn"]), np.asarray(p["w"]), np.asarray(p["wn"]), np.asarray(p["wt"]), p["q"]
-        )
-        for name, p in parts.items()
-    }
+        bucket = parts.setdefault(shipped.name, _Bucket())
+        bucket.queries += 1
+        weights = np.array([2.0 if grades[b][1] else 1.0 for _, b in found])  # a misleading memory: a stronger negative
+        for (a, b), weight in zip(found, weights / weights.sum()):  # each query weighs as one
+            bucket.add(feats, slots[a], slots[b], float(weight))
+    out = {name: bucket.pairs() for name, bucket in parts.items()}
     return out, profiles
 
 

@@ -85,7 +85,11 @@ class StudentReranker:
 
 
 def pipeline_rankings(
-    cases: list[RankingCase], rerankers: dict, settings: Settings, *, profile: Callable[[Profile], Profile] | None = None
+    cases: list[RankingCase],
+    rerankers: dict,
+    settings: Settings,
+    *,
+    profile: Callable[[Profile], Profile] | None = None,
 ) -> dict[str, list[list[int]]]:
     """Each held-out query ranked by the production pipeline (core/ranking: the engine's table over the memory
     store, or the query's own rows; composite -> the best RERANK_CANDIDATES reranked, floor, blend) once per

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 from cairn_cli.config import Settings
 from cairn_cli.core.ids import GLOBAL_SCOPE
-from cairn_cli.core.ranking.context import ContextWindow
 from cairn_cli.core.ranking import learned
+from cairn_cli.core.ranking.context import ContextWindow
 from cairn_cli.core.ranking.engine import RankEngine
 from cairn_cli.core.ranking.pipeline import Selection, rerank, shortlist
 from cairn_cli.core.ranking.profiles import composite_floor

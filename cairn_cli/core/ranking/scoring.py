@@ -40,10 +40,10 @@ __all__ = [
     "BM25_B",
     "BM25_K1",
     "COMPONENTS",
+    "FEATURES",
     "Candidate",
     "LexicalIndex",
     "Scored",
-    "FEATURES",
     "ScoringTable",
     "lexical_field",
 ]
