@@ -516,11 +516,18 @@ class ScoringTable:
         neighbour = np.zeros(n, dtype=np.float64)
         if neighbour_weight:
             base = np.where(mask, total, 0.0)
+            base_scope = np.where(mask, scope_part, 0.0)
+            neighbour_scope = np.zeros(n, dtype=np.float64)
             for side in (a["prev"], a["next"]):
-                ok = side >= 0
-                neighbour[ok] = np.maximum(neighbour[ok], base[side[ok]])
+                has = np.flatnonzero(side >= 0)
+                their = base[side[has]]
+                better = their > neighbour[has]
+                neighbour[has[better]] = their[better]
+                neighbour_scope[has[better]] = base_scope[side[has[better]]]
             total = total + neighbour_weight * neighbour
-            scope_part = scope_part * (1 + neighbour_weight)  # the neighbour's score carries its scope part too
+            # the neighbour's share carries the neighbour's own scope part (none without a neighbour, nor a global
+            # one's): the floor never reads the scope, whatever its weight (a learned profile's may be large)
+            scope_part = scope_part + neighbour_weight * neighbour_scope
         relevance = total - scope_part  # what the floor reads: the scope alone never lifts a memory
         if floor_similarities is not None and sims is not None and weights.get("similarity"):
             lifted = np.asarray(floor_similarities, dtype=np.float32)
