@@ -87,7 +87,8 @@ def test_with_no_few_or_contradictory_labels_the_shipped_weights_stay():
 
 def test_features_are_what_the_composite_ranks_with():
     """w . f + nw * max(0, w . f(neighbours)) of `features` is `score`'s composite, for any weights: the fit and the
-    hook agree."""
+    hook agree. And the relevance the floor reads is the composite less exactly its scope parts (a learned scope
+    weight may be large: a memory without a scoped neighbour must not lose more than its own)."""
     enc = HashingEncoder()
     now = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
     texts = [
@@ -123,8 +124,12 @@ def test_features_are_what_the_composite_ranks_with():
             for j, side in enumerate((feats["prev"], feats["next"])):
                 if side[slot] >= 0 and feats["in_scope"][side[slot]]:
                     nbs[0, j] = feats["matrix"][side[slot]]
-            mine, _, _ = fusion._scores(theta, feats["matrix"][slot][None, :], nbs)
+            mine, lent, which = fusion._scores(theta, feats["matrix"][slot][None, :], nbs)
             assert mine[0] == pytest.approx(s.components["composite"], abs=1e-5)
+            # the floor's relevance leaves out the memory's scope part and that of the neighbour it borrows from
+            borrowed = nbs[0, which[0], 2] if lent[0] > 0 else 0.0
+            scope_part = weights["scope"] * (feats["matrix"][slot, 2] + nw * borrowed)
+            assert s.components["relevance"] == pytest.approx(s.components["composite"] - scope_part, abs=1e-5)
 
 
 # -- end to end: a store where the scope is what tells the answer --------------------------------------------------
@@ -248,3 +253,15 @@ def test_fusion_needs_the_store_and_rollback_needs_a_deploy(cli, tmp_path):
     assert out.exit_code == 2 and "--learner student" in out.output
     out = cli("train-reranker", "--learner", "fusion", "--rollback")
     assert out.exit_code == 1 and "no learned profile to roll back" in out.output
+
+
+def test_with_the_real_model_the_learned_profile_deploys_and_ranks_the_answer_first(cli, real_model):
+    """The bundled MiniLM (near-copies of the prompt are its nearest neighbours): the fit still finds the scope."""
+    projects = _scope_store(cli, queries=20)
+    report = train_learners(Settings(), TrainOptions(learner="fusion", holdout=0.3))
+    assert report["outcome"] == "deployed", {k: v for k, v in report.items() if k != "rows"}
+    hits = sum(_top(cli, scope, prompt)[0]["id"] == answer for scope, prompt, answer in projects)
+    assert hits == len(projects)
+    out = cli("train-reranker", "--learner", "fusion", "--rollback", "--json")
+    assert out.exit_code == 0, out.output
+    assert sum(_top(cli, scope, prompt)[0]["id"] == answer for scope, prompt, answer in projects) < hits
