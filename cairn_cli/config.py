@@ -69,6 +69,13 @@ _SETTINGS = [
         "everywhere.",
     ),
     Setting(
+        "LEARNED_PROFILE",
+        "auto",
+        str,
+        "auto: rank with the weights `cairn train-reranker --learner fusion` fit from the grades and deployed (per "
+        "kind of store, where they apply); off: the shipped profiles' weights.",
+    ),
+    Setting(
         "COMPOSITE_FLOOR",
         "auto",
         str,
@@ -276,6 +283,7 @@ GROUPS: list[tuple[str, list[str]]] = [
             "RANK_K",
             "EXPLORE_RATE",
             "RANK_PROFILE",
+            "LEARNED_PROFILE",
             "COMPOSITE_FLOOR",
             "CONTEXT_MAX_TURNS",
             "CONTEXT_MAX_CHARS",

@@ -16,7 +16,8 @@ def pct(share: float | None) -> str:
 def training_outcome(outcome: dict) -> None:
     kind = outcome["outcome"]
     if kind == "rolled-back":
-        output.message(f"rolled back: the live student is {outcome['version']}")
+        what = "learned profile" if outcome.get("learner") == "fusion" else "student"
+        output.message(f"rolled back: the live {what} is {outcome['version']}")
     elif kind == "exported":
         output.message(f"wrote {outcome['rows']} graded deliveries to {outcome['path']}")
     elif kind in ("locked", "skipped"):

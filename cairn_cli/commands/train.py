@@ -15,6 +15,12 @@ from cairn_cli.commands._common import Json, opened_settings
 from cairn_cli.commands._options import option_values
 
 
+class Learner(str, Enum):
+    student = "student"
+    fusion = "fusion"
+    both = "both"
+
+
 class Device(str, Enum):
     auto = "auto"
     cpu = "cpu"
@@ -112,7 +118,17 @@ def train_reranker(
         bool, typer.Option("--dry-run", help="Report the split and pair counts; train nothing.")
     ] = False,
     no_deploy: Annotated[bool, typer.Option("--no-deploy", help="Train and judge, never deploy.")] = False,
-    rollback: Annotated[bool, typer.Option("--rollback", help="Put the previous student back live.")] = False,
+    learner: Annotated[
+        Learner | None,
+        typer.Option(
+            case_sensitive=False,
+            help="student (a cross-encoder), fusion (the composite's weights fit per kind of store: seconds, few "
+            "labels, no hot-path cost) or both (fusion first). Default: both with --auto, else student.",
+        ),
+    ] = None,
+    rollback: Annotated[
+        bool, typer.Option("--rollback", help="Put the previous student (--learner fusion: learned profile) back live.")
+    ] = False,
     auto: Annotated[bool, typer.Option("--auto", help="For cron: train only when enough new labels arrived.")] = False,
     min_new_labels: Annotated[int, typer.Option("--min-new-labels", min=1)] = 200,
     json: Json = False,
@@ -132,7 +148,11 @@ def train_reranker(
     from cairn_cli.core.learning.export import engagement_methods as parse_methods
 
     asked = option_values(
-        TrainOptions, locals(), engagement_methods=parse_methods(engagement_methods), deploy=not no_deploy
+        TrainOptions,
+        locals(),
+        engagement_methods=parse_methods(engagement_methods),
+        deploy=not no_deploy,
+        learner=(learner.value if learner else "both" if auto else "student"),
     )
     job = jobs.Job(rollback=rollback, export=export, auto=auto, min_new_labels=min_new_labels)
     with contextlib.ExitStack() as stack:

@@ -49,6 +49,7 @@ class TrainOptions:
     max_train_pairs: int | None = None
     dry_run: bool = False
     deploy: bool = True
+    learner: str = "student"  # student | fusion (core/learning/fusion.py) | both (the fusion first, then the student)
 
 
 @dataclass
@@ -96,7 +97,8 @@ class TrainReport:
         return {name: getattr(self, name) for name in HELD_OUT}
 
 
-def record_attempt(report: TrainReport, settings: Settings) -> None:
+def record_attempt(report, settings: Settings) -> None:
+    """Record an attempt (a TrainReport, or the fusion learner's FusionReport: its outcome, reason, held_out())."""
     from cairn_cli.db.tables import MemoryDelivery
 
     labels = MemoryDelivery.select().where(MemoryDelivery.grade.is_null(False)).count()

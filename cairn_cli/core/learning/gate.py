@@ -6,6 +6,7 @@ is written out in docs/learning.md."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cairn_cli.clock import utcnow
@@ -16,6 +17,7 @@ from cairn_cli.core.learning.incumbent import Incumbent
 from cairn_cli.core.learning.pairs import Split, agreement, by_query
 from cairn_cli.core.metrics import ndcg
 from cairn_cli.core.ranking.context import ContextWindow, window_of
+from cairn_cli.core.ranking.profiles import Profile
 from cairn_cli.core.text import context_key
 
 AUTO_PROMOTE_SAFE = 0.90
@@ -118,13 +120,20 @@ class _Remembered:
 
 
 def pipeline_rankings(
-    cases: list[RankingCase], rerankers: dict, settings: Settings, *, form: str = WINDOW
+    cases: list[RankingCase],
+    rerankers: dict,
+    settings: Settings,
+    *,
+    form: str = WINDOW,
+    profile: Callable[[Profile], Profile] | None = None,
 ) -> dict[str, list[list[int]]]:
     """Each held-out query, in `form`, ranked by the production pipeline once per reranker (None: the composite
     alone). A store's query goes through `rank()` itself, as `cairn rank` and the hook rank it (core/ranking/rank.py:
     the window's query plan, the scope's profile and composite floor, the best RERANK_CANDIDATES reranked, floor,
-    blend); a `--data` query over its own rows. Returns, per reranker name, each case's ranking as deep as the rerank
-    stage goes (ranking_quality condenses it to the graded memories, then cuts it at 5 and GATE_K)."""
+    blend); a `--data` query over its own rows. `profile`: what a scope's shipped profile is ranked as (a candidate
+    learned profile's weights, core/learning/fusion.py; None: as served now, the live learned one where deployed).
+    Returns, per reranker name, each case's ranking as deep as the rerank stage goes (ranking_quality condenses it to
+    the graded memories, then cuts it at 5 and GATE_K)."""
     from cairn_cli.core.ranking.engine import RankEngine
     from cairn_cli.core.ranking.rank import RankQuery, rank
 
@@ -133,17 +142,17 @@ def pipeline_rankings(
     depth = max(GATE_K, settings.RERANK_CANDIDATES)  # an explored memory may sit below the top 10
     out: dict[str, list[list[int]]] = {name: [] for name in rerankers}
     for name, reranker in rerankers.items():
-        view = engine.view(encoder=encoder, reranker=reranker, store_encoder=engine.encoder)
+        view = engine.view(encoder=encoder, reranker=reranker, store_encoder=engine.encoder, profile_as=profile)
         for case in cases:
             if case.rows is not None:
-                out[name].append(_rows_ranking(case, reranker, view, settings, depth))
+                out[name].append(_rows_ranking(case, reranker, view, settings, depth, profile))
                 continue
             query = RankQuery(case.context(form), k=depth, scope=case.scope, strict_scope=False)
             out[name].append([item.id for item in rank(query, settings, view).items])
     return out
 
 
-def _rows_ranking(case: RankingCase, reranker, engine, settings: Settings, depth: int) -> list[int]:
+def _rows_ranking(case: RankingCase, reranker, engine, settings: Settings, depth: int, profile=None) -> list[int]:
     """A `--data` query over its own rows (the candidates already chosen: no composite floor), by the pipeline."""
     import numpy as np
 
@@ -167,7 +176,7 @@ def _rows_ranking(case: RankingCase, reranker, engine, settings: Settings, depth
         settings=settings,
         reranker=reranker,
         ranker="gate",
-        profile=get_profile(settings, kind=table.kind(None)),
+        profile=(profile or (lambda p: p))(get_profile(settings, kind=table.kind(None))),
         floor=0.0,
     ).chosen
     return [s.candidate.id for s in chosen]
@@ -241,6 +250,40 @@ def gate(
     return True, f"the ranking improves: {numbers}"
 
 
+def rank_forms(
+    cases: list[RankingCase], settings: Settings, forms, *, candidate: tuple, live: tuple
+) -> tuple[dict[str, Ranking], dict[str, Ranking]]:
+    """Per form: the candidate pipeline's and the live one's Ranking of the same `cases`. Each side is (its
+    reranker, its profile_as: a shipped profile -> the one it ranks with; None: as served now)."""
+    mine: dict[str, Ranking] = {}
+    theirs: dict[str, Ranking] = {}
+    for form in forms:
+        if candidate[1] is live[1]:  # one profile: one pass over the queries ranks both rerankers
+            ranked = pipeline_rankings(
+                cases, {"candidate": candidate[0], "live": live[0]}, settings, form=form, profile=candidate[1]
+            )
+            a, b = ranked["candidate"], ranked["live"]
+        else:
+            a = pipeline_rankings(cases, {"c": candidate[0]}, settings, form=form, profile=candidate[1])["c"]
+            b = pipeline_rankings(cases, {"l": live[0]}, settings, form=form, profile=live[1])["l"]
+        mine[form], theirs[form] = ranking_quality(cases, a), ranking_quality(cases, b)
+    return mine, theirs
+
+
+def forms_report(mine: dict[str, Ranking], live: dict[str, Ranking], *, mine_name: str, live_name: str) -> dict:
+    """Each form's queries, R@5 and nDCG@10 of both pipelines, as reports and model cards keep them."""
+    return {
+        form: {
+            "queries": mine[form].queries,
+            f"{mine_name}_r5": _round(mine[form].r5),
+            f"{live_name}_r5": _round(live[form].r5),
+            f"{mine_name}_ndcg10": _round(mine[form].ndcg10),
+            f"{live_name}_ndcg10": _round(live[form].ndcg10),
+        }
+        for form in mine
+    }
+
+
 def judge(model, inc: Incumbent, split: Split, opts: TrainOptions, report: TrainReport, settings: Settings) -> bool:
     """Student and incumbent on the SAME held-out queries. Pairwise agreement is reported; the gate is the ranking
     users get: each held-out query ranked by the production pipeline with the student blended in vs the live one,
@@ -254,25 +297,12 @@ def judge(model, inc: Incumbent, split: Split, opts: TrainOptions, report: Train
     cases = ranking_cases(split.rows, split.held_keys, from_store=opts.data is None)
     student = StudentReranker(model, settings.CROSS_ENCODER_STUDENT_FLOOR)
     forms = (QUERY,) if opts.data is not None else STORE_FORMS
-    mine: dict[str, Ranking] = {}
-    live: dict[str, Ranking] = {}
-    for form in forms:
-        ranked = pipeline_rankings(cases, {"student": student, "live": inc.reranker}, settings, form=form)
-        mine[form], live[form] = ranking_quality(cases, ranked["student"]), ranking_quality(cases, ranked["live"])
+    mine, live = rank_forms(cases, settings, forms, candidate=(student, None), live=(inc.reranker, None))
     overall_mine, overall_live = pooled(list(mine.values())), pooled(list(live.values()))
     report.ranking_queries = max(r.queries for r in mine.values())
     report.student_r5, report.incumbent_r5 = _round(overall_mine.r5), _round(overall_live.r5)
     report.student_ndcg10, report.incumbent_ndcg10 = _round(overall_mine.ndcg10), _round(overall_live.ndcg10)
-    report.forms = {
-        form: {
-            "queries": mine[form].queries,
-            "student_r5": _round(mine[form].r5),
-            "incumbent_r5": _round(live[form].r5),
-            "student_ndcg10": _round(mine[form].ndcg10),
-            "incumbent_ndcg10": _round(live[form].ndcg10),
-        }
-        for form in forms
-    }
+    report.forms = forms_report(mine, live, mine_name="student", live_name="incumbent")
     pairs = list(zip(overall_mine.per_query, overall_live.per_query))
     report.queries_better = sum(a[1] > b[1] + 1e-9 for a, b in pairs)
     report.queries_worse = sum(a[1] < b[1] - 1e-9 for a, b in pairs)

@@ -9,7 +9,7 @@ from cairn_cli.config import Settings
 from cairn_cli.core.learning.attempt import TrainOptions, new_labels
 from cairn_cli.core.learning.deploy import rollback
 from cairn_cli.core.learning.export import graded_rows, silver_path, write_jsonl
-from cairn_cli.core.learning.trainer import train_reranker
+from cairn_cli.core.learning.trainer import train_learners
 
 
 @dataclass
@@ -29,6 +29,10 @@ def run_job(settings: Settings, opts: TrainOptions, job: Job, *, progress=None) 
     from cairn_cli.core.job_locks import store_lock
 
     if job.rollback:
+        if opts.learner == "fusion":
+            from cairn_cli.core.learning import fusion
+
+            return {"outcome": "rolled-back", **fusion.rollback(settings)}
         return {"outcome": "rolled-back", **rollback(settings)}
     if job.export:
         rows = graded_rows(settings, instance=opts.instance)
@@ -42,4 +46,4 @@ def run_job(settings: Settings, opts: TrainOptions, job: Job, *, progress=None) 
             if now - last < job.min_new_labels:
                 reason = f"{now - last} new labels since the last training (< --min-new-labels {job.min_new_labels})"
                 return {"outcome": "skipped", "reason": reason}
-        return train_reranker(settings, opts, progress=progress).as_dict()
+        return train_learners(settings, opts, progress=progress)

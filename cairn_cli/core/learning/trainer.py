@@ -23,12 +23,42 @@ from cairn_cli.errors import InvalidInput, NotFound
 from cairn_cli.files import atomic_write
 
 
-def train_reranker(
+def train_learners(
     settings: Settings, opts: TrainOptions, *, progress: Callable[[int, str], Callable[[int], None]] | None = None
-) -> TrainReport:
-    """Prepare, and unless a dry run: train, judge against the incumbent on the same held-out queries, deploy when
-    the gate passes, and record the attempt. `progress(total, what)` gives a callback."""
+) -> dict:
+    """The learners `opts.learner` names, on one split: the student (train_reranker), the fusion learner
+    (core/learning/fusion.py), or both: the fusion first (seconds, from few labels), then the student judged against
+    the ranking the fusion left live, when there are pairs enough to train it. One JSON-ready outcome."""
+    from cairn_cli.core.learning import fusion
+
+    if opts.learner == "student":
+        return train_reranker(settings, opts, progress=progress).as_dict()
     split = prepare(settings, opts)
+    learned = fusion.train(settings, opts, split)
+    if opts.learner == "fusion":
+        if not opts.dry_run:
+            record_attempt(learned, settings)
+        return learned.as_dict()
+    try:
+        student = train_reranker(settings, opts, progress=progress, split=split).as_dict()
+    except InvalidInput as exc:  # too few pairs for a student yet: the fusion's attempt is the record
+        if learned.outcome == "unchanged":  # neither learner had anything to learn from: say so, as the student does
+            raise
+        record_attempt(learned, settings)
+        student = {"outcome": "skipped", "reason": f"student: {exc.one_line()}"}
+    return {**student, "fusion": learned.as_dict()}
+
+
+def train_reranker(
+    settings: Settings,
+    opts: TrainOptions,
+    *,
+    progress: Callable[[int, str], Callable[[int], None]] | None = None,
+    split: Split | None = None,
+) -> TrainReport:
+    """Prepare (unless `split` is given), and unless a dry run: train, judge against the incumbent on the same
+    held-out queries, deploy when the gate passes, and record the attempt. `progress(total, what)` gives a callback."""
+    split = split or prepare(settings, opts)
     report = TrainReport(
         split.data,
         len(split.rows),

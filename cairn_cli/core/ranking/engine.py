@@ -156,16 +156,19 @@ class RankEngine:
         self._tables: dict[tuple, _Table] = {}
         self._refreshing = _thread.allocate_lock()  # one thread builds or refreshes a table at a time
         self.store_encoder = None  # what a refresh embeds the store's new memories with (None: `encoder`)
+        self.profile_as = None  # the gate's: a scope's shipped profile -> the one to rank with (None: as served)
 
-    def view(self, *, encoder, reranker: Reranker | None, store_encoder=None) -> RankEngine:
+    def view(self, *, encoder, reranker: Reranker | None, store_encoder=None, profile_as=None) -> RankEngine:
         """This engine's warm tables with other models: the daemon's per-request engine (its queued encoder, the
         reranker the request started with, and `store_encoder`, which embeds memories for the table without the
         request's deadline: that work is the store's, not the prompt's). The encoders must be the same model (the
-        tables are keyed by its name)."""
+        tables are keyed by its name). `profile_as` (the gate's): a scope's shipped profile -> the one to rank with
+        (None: as served, core/ranking/learned.py)."""
         other = RankEngine(
             encoder, reranker, ranker=self.ranker, notes=self.notes, warnings=self.warnings, indexed=self.indexed
         )
         other._tables, other._refreshing, other.store_encoder = self._tables, self._refreshing, store_encoder
+        other.profile_as = profile_as
         return other
 
     @classmethod

@@ -517,12 +517,16 @@ def _composite(
     for memory_id in bm25:
         c = components(memory_id)
         base[memory_id] = sum(w * c[name] for name, w in weights.items() if w)
-    totals, lent = dict(base), {}
+    totals, lent, lent_scope = dict(base), {}, {}
     if neighbour_weight and near:
         for memory_id, pair in near.items():
-            lent[memory_id] = max([base.get(n, 0.0) for n in pair if n is not None], default=0.0)
+            chosen_nb, lent[memory_id] = None, 0.0
+            for n in pair:  # the better neighbour, the previous one on a tie (as the table picks it)
+                if n is not None and base.get(n, 0.0) > lent[memory_id]:
+                    chosen_nb, lent[memory_id] = n, base[n]
+            lent_scope[memory_id] = 1.0 if chosen_nb in bonus else 0.0
             totals[memory_id] = base[memory_id] + neighbour_weight * lent[memory_id]
-    scope_weight = weights.get("scope", 0.0) * (1 + neighbour_weight)  # the neighbour's share carries its scope too
+    scope_weight = weights.get("scope", 0.0)  # the neighbour's share carries the neighbour's own scope part
     candidates = [d for d in totals if d in near] if neighbour_weight and near else list(totals)
     chosen = heapq.nsmallest(top, candidates, key=lambda d: (-totals[d], -d))
     if not per_memory:
@@ -535,7 +539,8 @@ def _composite(
         if neighbour_weight:
             logged["neighbour"] = round(lent.get(memory_id, 0.0), 6)
         logged["composite"] = round(totals[memory_id], 6)
-        logged["relevance"] = round(totals[memory_id] - scope_weight * c["scope"], 6)
+        scope_part = scope_weight * (c["scope"] + neighbour_weight * lent_scope.get(memory_id, 0.0))
+        logged["relevance"] = round(totals[memory_id] - scope_part, 6)
         out.append(Scored(rows[memory_id], totals[memory_id], logged))
     return out
 

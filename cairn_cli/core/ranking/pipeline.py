@@ -125,6 +125,11 @@ def shortlist(
         pool *= 2
         scored, positive, distinct = composite(pool)
     dropped = {"min_score": len(scored) - len(positive), "floor": 0, "duplicate": 0}
+    learned_by = (
+        {"neighbour_weight": profile.neighbour_weight, "context_keywords": profile.context_keywords}
+        if profile.chosen_by.startswith("learned:")
+        else None
+    )
     if scored and not positive:
         best = max(s.components["relevance"] for s in scored)
         notes.append(f"abstained: no memory reaches the composite floor {floor:g} (best relevance {best:.3f})")
@@ -133,6 +138,8 @@ def shortlist(
         s.components["ranker"] = ranker
         s.components["profile"] = profile.name
         s.components["profile_by"] = profile.chosen_by
+        if learned_by:  # a learned profile's neighbour terms (its weights are logged as every profile's are)
+            s.components["profile_params"] = learned_by
         s.components["composite_floor"] = floor
         if window:
             s.components["window"] = window

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from cairn_cli.config import Settings
 from cairn_cli.core.ids import GLOBAL_SCOPE
+from cairn_cli.core.ranking import learned
 from cairn_cli.core.ranking.context import ContextWindow
 from cairn_cli.core.ranking.engine import RankEngine
 from cairn_cli.core.ranking.pipeline import Selection, rerank, shortlist
@@ -77,6 +78,10 @@ def rank(query: RankQuery, settings: Settings, engine: RankEngine, clock: Clock 
         clock.lap("embed")
     with engine.reading(entry):  # the table as it is: no refresh applies rows while the composite reads it
         profile = get_profile(settings, kind=entry.table.kind(scope))  # auto: the scope's kind of store
+        if engine.profile_as is not None:  # the gate ranking a candidate learned profile
+            profile = engine.profile_as(profile)
+        else:
+            profile = learned.served(profile, settings, engine.embed_model)  # its learned weights, when deployed
         floor, _ = composite_floor(settings, profile.name, engine.embed_model)
         sims = floor_sims = None
         if vecs is not None and len(vecs) > 1:  # the floor reads the window's cosine without the margin (query.py)

@@ -40,12 +40,15 @@ __all__ = [
     "BM25_B",
     "BM25_K1",
     "COMPONENTS",
+    "FEATURES",
     "Candidate",
     "LexicalIndex",
     "Scored",
     "ScoringTable",
     "lexical_field",
 ]
+
+FEATURES = (*COMPONENTS, "keywords_context")  # the columns of ScoringTable.features
 
 
 class LexicalIndex:
@@ -386,6 +389,73 @@ class ScoringTable:
         both = matrix @ np.stack([prompt_vec, window_vec], axis=1)
         return fuse_similarities(both[:, 0], both[:, 1], margin), np.maximum(both[:, 0], both[:, 1])
 
+    def _components(self, query, similarities, scope: str | None, mask: np.ndarray, half_life_days: float, now):
+        """(the in-scope BM25 per slot, component(name, idx)): the one place a component is computed, for `score`
+        and `features` alike (what a learned profile is fit on is what the hook ranks with)."""
+        a = self.arrays()
+        now_ts = (now or utcnow()).timestamp()
+        bm25 = np.where(mask, self.index.scores(query), np.float32(0))
+        best = float(bm25.max()) or 1.0
+        n = len(mask)
+        sims = None if similarities is None else np.asarray(similarities, dtype=np.float32)
+        code = self._scope_code.get(scope) if scope and scope != GLOBAL_SCOPE else None
+
+        def component(name: str, idx):
+            """One component over the slots `idx` (a slice: all of them): zero-weighted ones are computed only
+            for the memories that are returned, which is all that their logging needs."""
+            if name == "similarity":
+                if sims is None:
+                    return np.zeros(n, dtype=np.float32)[idx]
+                return np.where(a["has_embedding"][idx], np.clip(sims[idx], 0, None), np.float32(0))
+            if name == "keywords":
+                return bm25[idx] / np.float32(best)
+            if name == "scope":
+                return (
+                    (a["scopes"][idx] == code).astype(np.float32)
+                    if code is not None
+                    else np.zeros(n, dtype=np.float32)[idx]
+                )
+            if name == "confidence":
+                return a["confidence"][idx]
+            if name == "recency":
+                age_days = np.clip((now_ts - a["updated"][idx]) / 86400.0, 0, None)
+                return 0.5 ** (age_days / half_life_days) if half_life_days > 0 else np.zeros_like(age_days)
+            raise unknown_weight(name)
+
+        return bm25, component
+
+    def _joined(self, query, mask: np.ndarray) -> np.ndarray:
+        """The in-scope BM25 of each slot's field joined with its previous neighbour's (not yet normalised)."""
+        a = self.arrays()
+        return np.where(mask, self.index.scores_with_previous(query, a["prev"], a["alive"]), np.float32(0))
+
+    def features(
+        self,
+        query_text: str,
+        similarities,
+        *,
+        scope: str | None,
+        half_life_days: float,
+        now: dt.datetime | None = None,
+        query_terms: Mapping[str, float] | None = None,
+    ) -> dict[str, np.ndarray] | None:
+        """Every slot's components for this query as `score` computes them, before any weight (None: nothing in
+        scope): `matrix` (slots x FEATURES: the five components and `keywords_context`, max-normalised over the
+        scope), `in_scope`, `prev` and `next` (the neighbour slots, -1 none). A profile's composite of a slot is
+        matrix @ w, plus its neighbour weight times the better in-scope neighbour's (core/learning/fusion.py fits
+        the weights on exactly this)."""
+        mask = self.in_scope(scope)
+        if not mask.any():
+            return None
+        query = plain_terms(query_text) if query_terms is None else query_terms
+        _, component = self._components(query, similarities, scope, mask, half_life_days, now)
+        everything = slice(None)
+        joined = self._joined(query, mask)
+        columns = [np.asarray(component(name, everything), dtype=np.float64) for name in COMPONENTS]
+        columns.append(np.asarray(joined / (float(joined.max()) or 1.0), dtype=np.float64))
+        a = self.arrays()
+        return {"matrix": np.stack(columns, axis=1), "in_scope": mask, "prev": a["prev"], "next": a["next"]}
+
     def score(
         self,
         query_text: str,
@@ -426,36 +496,10 @@ class ScoringTable:
         n_in = int(mask.sum())
         if n_in == 0:
             return []
-        now_ts = (now or utcnow()).timestamp()
         query = plain_terms(query_text) if query_terms is None else query_terms
-        bm25 = np.where(mask, self.index.scores(query), np.float32(0))
-        best = float(bm25.max()) or 1.0
+        bm25, component = self._components(query, similarities, scope, mask, half_life_days, now)
         n = len(mask)
         sims = None if similarities is None else np.asarray(similarities, dtype=np.float32)
-        code = self._scope_code.get(scope) if scope and scope != GLOBAL_SCOPE else None
-
-        def component(name: str, idx):
-            """One component over the slots `idx` (a slice: all of them): zero-weighted ones are computed only
-            for the memories that are returned, which is all that their logging needs."""
-            if name == "similarity":
-                if sims is None:
-                    return np.zeros(n, dtype=np.float32)[idx]
-                return np.where(a["has_embedding"][idx], np.clip(sims[idx], 0, None), np.float32(0))
-            if name == "keywords":
-                return bm25[idx] / np.float32(best)
-            if name == "scope":
-                return (
-                    (a["scopes"][idx] == code).astype(np.float32)
-                    if code is not None
-                    else np.zeros(n, dtype=np.float32)[idx]
-                )
-            if name == "confidence":
-                return a["confidence"][idx]
-            if name == "recency":
-                age_days = np.clip((now_ts - a["updated"][idx]) / 86400.0, 0, None)
-                return 0.5 ** (age_days / half_life_days) if half_life_days > 0 else np.zeros_like(age_days)
-            raise unknown_weight(name)
-
         everything = slice(None)
         total = np.zeros(n, dtype=np.float64)
         scope_part = np.zeros(n, dtype=np.float64)
@@ -467,16 +511,23 @@ class ScoringTable:
                     scope_part = part
         joined = None
         if context_keywords:
-            joined = np.where(mask, self.index.scores_with_previous(query, a["prev"], a["alive"]), np.float32(0))
+            joined = self._joined(query, mask)
             total += context_keywords * joined / (float(joined.max()) or 1.0)
         neighbour = np.zeros(n, dtype=np.float64)
         if neighbour_weight:
             base = np.where(mask, total, 0.0)
+            base_scope = np.where(mask, scope_part, 0.0)
+            neighbour_scope = np.zeros(n, dtype=np.float64)
             for side in (a["prev"], a["next"]):
-                ok = side >= 0
-                neighbour[ok] = np.maximum(neighbour[ok], base[side[ok]])
+                has = np.flatnonzero(side >= 0)
+                their = base[side[has]]
+                better = their > neighbour[has]
+                neighbour[has[better]] = their[better]
+                neighbour_scope[has[better]] = base_scope[side[has[better]]]
             total = total + neighbour_weight * neighbour
-            scope_part = scope_part * (1 + neighbour_weight)  # the neighbour's score carries its scope part too
+            # the neighbour's share carries the neighbour's own scope part (none without a neighbour, nor a global
+            # one's): the floor never reads the scope, whatever its weight (a learned profile's may be large)
+            scope_part = scope_part + neighbour_weight * neighbour_scope
         relevance = total - scope_part  # what the floor reads: the scope alone never lifts a memory
         if floor_similarities is not None and sims is not None and weights.get("similarity"):
             lifted = np.asarray(floor_similarities, dtype=np.float32)
