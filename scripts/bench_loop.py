@@ -598,14 +598,21 @@ def retrain(cairn, args, home, queries, conv, labels, prompts, curve, final: boo
         report = {"outcome": "error", "reason": proc.stderr.strip()[-500:]}
     decision = {"labels": labels, "prompts": prompts, "seconds": round(time.time() - t0, 1), **report}
     decision.pop("train_stats", None)
-    log(f"train at {labels} labels: {report.get('outcome')}: {report.get('reason')}")
+    fusion = report.get("fusion") or {}  # --auto trains both learners: the fusion's weights first, then the student
+    log(f"train at {labels} labels: student {report.get('outcome')}: {report.get('reason')}")
+    if fusion:
+        log(f"train at {labels} labels: fusion {fusion.get('outcome')}: {fusion.get('reason')}")
     if report.get("outcome") == "deployed":
         wait_for_reranker(cairn, "student:" + str(Path(report["student_dir"]).resolve()), conv)
+    if "deployed" in (report.get("outcome"), fusion.get("outcome")):  # the fusion's weights: read per ranking
         live = evaluate_live(home, queries)
+        live["profile"] = fusion.get("version") or curve[-1].get("profile")
     else:  # nothing changed live: the held-out ranking is the last one measured
-        live = {k: curve[-1][k] for k in ("R@5", "nDCG@10", "reranker", "forms")}
+        live = {k: curve[-1][k] for k in ("R@5", "nDCG@10", "reranker", "forms") if k in curve[-1]}
+        live["profile"] = curve[-1].get("profile")
     live["vs_composite"] = versus(live, curve[0])
-    curve.append({"labels": labels, "prompts": prompts, **live, "outcome": report.get("outcome")})
+    outcome = f"student {report.get('outcome')}, fusion {fusion.get('outcome', '–')}"
+    curve.append({"labels": labels, "prompts": prompts, **live, "outcome": outcome})
     decision["held_out_live"] = live
     log(f"held-out live ranking at {labels} labels: {summary(live)}")
     return decision
@@ -838,6 +845,47 @@ def _pair(d: dict, a: str, b: str) -> str:
     return "–" if d.get(a) is None else f"{d[a]:.3f} / {d[b]:.3f}"
 
 
+def forms_table(r: dict) -> list[str]:
+    """The held-out conversations in both forms (#27): the hook's window and the bare question, each point of the
+    curve against the composite with a paired 95% interval per question; and what grading cost the agent."""
+    if "forms" not in r["composite"]:
+        return []
+    lines = [
+        "",
+        "Held-out conversations in both forms, the live ranking after each cron run (Δ: minus the composite, paired "
+        "95% interval per question):",
+        "",
+        "| labels | outcome | window R@5 | Δ [95%] | window nDCG@10 | Δ | bare question R@5 | Δ [95%] "
+        "| bare question nDCG@10 | Δ |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for point in r["curve"]:
+        cells = []
+        for form in FORMS:
+            f = point["forms"][form]
+            d = point.get("vs_composite", {}).get(form)
+            if d is None:
+                cells += [f"{f['R@5']:.3f}", "–", f"{f['nDCG@10']:.3f}", "–"]
+                continue
+            r5, nd = d["R@5"], d["nDCG@10"]
+            cells += [
+                f"{f['R@5']:.3f}",
+                f"{r5['delta']:+.3f} [{r5['ci95'][0]:+.3f}, {r5['ci95'][1]:+.3f}]",
+                f"{f['nDCG@10']:.3f}",
+                f"{nd['delta']:+.3f} [{nd['ci95'][0]:+.3f}, {nd['ci95'][1]:+.3f}]",
+            ]
+        lines.append(f"| {point['labels']} | {point.get('outcome', 'composite')} | " + " | ".join(cells) + " |")
+    cost = r.get("grading_cost")
+    if cost:
+        per = cost["per_100_prompts"]
+        lines += [
+            "",
+            f"Grading cost per 100 prompts: {per['asked']:.0f} turns asked for grades, {per['rule_tokens']:.0f} "
+            f"rule tokens injected, {per['cm_tokens']:.0f} `[cm]` tokens written (words and marks).",
+        ]
+    return lines
+
+
 def report(result: dict, out: Path) -> str:
     """bench/loop.md from loop.json: the learning curve of each grade regime and the gate's decisions."""
     c = result["cpu"]
@@ -894,6 +942,7 @@ def report(result: dict, out: Path) -> str:
                 f"| {_pair(d, 'student_agreement', 'incumbent_agreement')} "
                 f"| {live['R@5']:.3f} ({live['R@5'] - base['R@5']:+.3f}) | {live['nDCG@10']:.3f} | {reranker} |"
             )
+        lines += forms_table(r)
         for key in ("run", "stopped", "evaluation"):
             if r.get(key):
                 lines += ["", f"*{key}:* {r[key]}"]
