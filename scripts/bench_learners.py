@@ -42,7 +42,16 @@ VARIANTS = {
         0,
     ),
     "student-both-frozen": ("as student-both, embeddings and the lower 3 of 6 layers frozen", "student", "both", 3),
+    "embedder": (
+        "no student: the bi-encoder itself fine-tuned on the same pairs (both forms; contrastive, the hook's "
+        "negatives and the batch's, temperature 0.05, lr 2e-5, 1 epoch, embeddings and the lower 3 layers "
+        "frozen), the store re-embedded with it; the composite alone ranks (no cost on the hot path)",
+        "embedder",
+        "both",
+        3,
+    ),
 }
+EMBED_LR, EMBED_EPOCHS, EMBED_TEMPERATURE, EMBED_BATCH = 2e-5, 1, 0.05, 16
 
 
 def log(msg: str) -> None:
@@ -133,6 +142,87 @@ def train_student(rows: list, form: str, frozen: int) -> tuple[object, dict]:
     return model.serve_mode(), info
 
 
+def train_embedder(rows: list, form: str, frozen: int) -> tuple[object, dict]:
+    """The bundled bi-encoder fine-tuned on the label pairs: for each (query, better, worse), InfoNCE over the
+    better against the pair's worse and every other text of the batch, at EMBED_TEMPERATURE, each pair's loss times
+    its weight. Returns an encoder of the same name (the store's vectors must be re-embedded with it) and its cost."""
+    import copy
+    import resource
+
+    import torch
+
+    from cairn_cli.config import Settings
+    from cairn_cli.core.learning.attempt import TrainOptions
+    from cairn_cli.core.learning.pairs import make_pairs
+    from cairn_cli.ml.models import SentenceEncoder, get_encoder
+
+    s, opts = Settings(), TrainOptions()
+    base = get_encoder(s.EMBED_MODEL, s.EMBED_DTYPE)
+    model = copy.deepcopy(base.model)
+    bert = model[0].auto_model
+    if frozen:
+        for prm in bert.embeddings.parameters():
+            prm.requires_grad = False
+        for layer in bert.encoder.layer[:frozen]:
+            for prm in layer.parameters():
+                prm.requires_grad = False
+    rows = in_form(rows, form)
+    pairs = make_pairs(rows, {r.query_key for r in rows}, min_gap=opts.min_gap)
+    rng = random.Random(SEED)
+    order = list(pairs)
+    optim = torch.optim.AdamW([prm for prm in model.parameters() if prm.requires_grad], lr=EMBED_LR)
+    t0 = time.time()
+    model.train()
+
+    def embed(texts: list[str]):
+        features = model.tokenize(texts)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=base.bf16):
+            out = model(features)["sentence_embedding"].float()
+        return torch.nn.functional.normalize(out, dim=-1)
+
+    for _ in range(EMBED_EPOCHS):
+        rng.shuffle(order)
+        for start in range(0, len(order), EMBED_BATCH):
+            batch = order[start : start + EMBED_BATCH]
+            q = embed([b.query for b in batch])
+            docs = embed([b.better for b in batch] + [b.worse for b in batch])
+            logits = q @ docs.T / EMBED_TEMPERATURE  # row i: its better at column i, every other text a negative
+            weights = torch.tensor([b.weight for b in batch])
+            losses = torch.nn.functional.cross_entropy(logits, torch.arange(len(batch)), reduction="none")
+            loss = (losses * weights).mean()
+            optim.zero_grad()
+            loss.backward()
+            optim.step()
+    model.eval()
+    seconds = time.time() - t0
+    tuned = SentenceEncoder(base.name, model, base.dim, base.bf16)
+    info = {"pairs": len(pairs), "epochs": EMBED_EPOCHS, "train_s": round(seconds, 1)}
+    info["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    info["ms_per_pair_pass"] = round(1000 * seconds / max(1, len(pairs) * EMBED_EPOCHS), 1)
+    return tuned, info
+
+
+def reembedded(home: Path, work: Path, encoder) -> Path:
+    """A copy of `home` whose stored vectors are `encoder`'s (what deploying a learned embedder would do)."""
+    import shutil
+
+    import cairn_cli
+    from cairn_cli.db.tables import Memory, memory_proxy
+
+    copy_home = work / "home-embedder"
+    if copy_home.exists():
+        shutil.rmtree(copy_home)
+    shutil.copytree(home, copy_home, symlinks=True, ignore=shutil.ignore_patterns("*.sock", "*.pid", "*.lock"))
+    loopdata.use_home(copy_home)
+    cairn_cli.open_store(create=None)
+    rows = list(Memory.select(Memory.id, Memory.content).where(Memory.embedding.is_null(False)))
+    vecs = encoder.encode([m.content for m in rows])
+    with memory_proxy.atomic():
+        for m, v in zip(rows, vecs):
+            Memory.update(embedding=v.astype("float32").tobytes()).where(Memory.id == m.id).execute()
+    return copy_home
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", default="/tmp/cairn-learners")
@@ -178,12 +268,15 @@ def main() -> int:
     }
     out = Path(args.out)
     for name in args.variants.split(","):
-        what, _learner, form, frozen = VARIANTS[name]
+        what, learner, form, frozen = VARIANTS[name]
         t0 = time.time()
-        model, info = train_student(rows, form, frozen)
-        live = bench_loop.evaluate_live(
-            home, queries, reranker=StudentReranker(model, Settings().CROSS_ENCODER_STUDENT_FLOOR)
-        )
+        if learner == "embedder":
+            encoder, info = train_embedder(rows, form, frozen)
+            live = bench_loop.evaluate_live(reembedded(home, work, encoder), queries, composite=True, encoder=encoder)
+        else:
+            model, info = train_student(rows, form, frozen)
+            student = StudentReranker(model, Settings().CROSS_ENCODER_STUDENT_FLOOR)
+            live = bench_loop.evaluate_live(home, queries, reranker=student)
         live["vs_composite"] = bench_loop.versus(live, composite)
         live["training"] = info
         live["what"] = what

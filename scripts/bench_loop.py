@@ -397,7 +397,7 @@ def paired_interval(mine: list[float], base: list[float]) -> list[float]:
     return [round(means[int(0.025 * BOOTSTRAP)], 4), round(means[int(0.975 * BOOTSTRAP) - 1], 4)]
 
 
-def evaluate_live(home: Path, queries: list[dict], *, composite: bool = False, reranker=None) -> dict:
+def evaluate_live(home: Path, queries: list[dict], *, composite: bool = False, reranker=None, encoder=None) -> dict:
     """R@5 / nDCG@10 of the live ranking on the held-out queries in both forms, each ranked by `cairn rank`'s own
     `rank()` (the query plan: the prompt primary and the earlier turns as context, the scope's ranking profile, the
     composite floor, the rerank stage, the near-duplicate skip), in this process, with the reranker that resolves
@@ -413,6 +413,8 @@ def evaluate_live(home: Path, queries: list[dict], *, composite: bool = False, r
     engine = store.engine(with_reranker=not composite and reranker is None)
     if reranker is not None:
         engine.reranker = reranker
+    if encoder is not None:  # a learned embedder (bench_learners.py): the store's vectors are its own already
+        engine.encoder = encoder
     out: dict = {}
     for form in FORMS:
         r5, nd = [], []
