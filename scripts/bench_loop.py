@@ -386,15 +386,6 @@ def held_out_queries(work: Path, held: list[loopdata.Conversation], mem: dict, s
 
 
 FORMS = ("window", "prompt")  # the hook's window, the bare question: a learner is judged on both (#27)
-BOOTSTRAP, BOOT_SEED = 2000, 13
-
-
-def paired_interval(mine: list[float], base: list[float]) -> list[float]:
-    """Paired 95% bootstrap interval of mean(mine - base) over the same questions."""
-    diffs = [a - b for a, b in zip(mine, base)]
-    rng = random.Random(BOOT_SEED)
-    means = sorted(sum(rng.choice(diffs) for _ in diffs) / len(diffs) for _ in range(BOOTSTRAP))
-    return [round(means[int(0.025 * BOOTSTRAP)], 4), round(means[int(0.975 * BOOTSTRAP) - 1], 4)]
 
 
 def evaluate_live(home: Path, queries: list[dict], *, composite: bool = False, reranker=None, encoder=None) -> dict:
@@ -445,6 +436,15 @@ def summary(live: dict) -> str:
     return f"{live.get('reranker')}: " + "; ".join(parts)
 
 
+def _interval(mine: list[float], base: list[float]) -> list[float]:
+    """Paired 95% bootstrap interval of mean(mine - base) over the same questions (bench_ranking's)."""
+    import numpy as np
+    from bench_ranking import paired_interval
+
+    ci = paired_interval(np.asarray(mine, dtype=float) - np.asarray(base, dtype=float))
+    return [round(ci["low"], 4), round(ci["high"], 4)]
+
+
 def versus(live: dict, composite: dict) -> dict:
     """Per form: the live ranking minus the composite, mean and paired 95% interval, R@5 and nDCG@10."""
     out = {}
@@ -453,7 +453,7 @@ def versus(live: dict, composite: dict) -> dict:
         out[form] = {
             m: {
                 "delta": round(sum(a[m]) / len(a[m]) - sum(b[m]) / len(b[m]), 4),
-                "ci95": paired_interval(a[m], b[m]),
+                "ci95": _interval(a[m], b[m]),
             }
             for m in ("R@5", "nDCG@10")
         }

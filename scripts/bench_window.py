@@ -51,6 +51,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
+import bench_loop  # noqa: E402
 import followups  # noqa: E402
 import locomo  # noqa: E402
 import loopdata  # noqa: E402
@@ -131,28 +132,21 @@ def _window(prompt: str, path: Path | None):
 def replay_queries(work: Path) -> list[dict]:
     """bench_loop's replay: every dev question, asked in sessions of SESSION_SIZE after the session's earlier
     questions and their (gold) answers; the hook's window over the transcript as it is written."""
-    out = []
-    root = work / "replay-transcripts"
-    for conv in loopdata.conversations():
-        for sid, questions in conv.sessions(SESSION_SIZE):
-            path = loopdata.transcript_path(root, conv, sid)
-            path.unlink(missing_ok=True)
-            writer = loopdata.TranscriptWriter(path, sid, conv.cwd)
-            for q in questions:
-                writer.user(q.text)
-                out.append(
-                    {
-                        "set": "replay",
-                        "id": f"{conv.sample_id}/{q.index}",
-                        "conv": conv.sample_id,
-                        "window": _window(q.text, path),
-                        "prompt": _window(q.text, None),
-                        "evidence": set(q.evidence),
-                        "first": q.index % SESSION_SIZE == 0,  # a session's first prompt has no earlier turn
-                    }
-                )
-                writer.assistant(loopdata.response_blocks(q, {}))
-    return out
+    convs = loopdata.conversations()
+    windows = bench_loop.session_windows(work / "replay-transcripts", convs, SESSION_SIZE)
+    return [
+        {
+            "set": "replay",
+            "id": f"{conv.sample_id}/{q.index}",
+            "conv": conv.sample_id,
+            "window": windows[conv.sample_id, q.index],
+            "prompt": _window(q.text, None),
+            "evidence": set(q.evidence),
+            "first": q.index % SESSION_SIZE == 0,  # a session's first prompt has no earlier turn
+        }
+        for conv in convs
+        for q in conv.questions
+    ]
 
 
 def followup_queries(work: Path) -> list[dict]:
