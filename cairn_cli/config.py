@@ -494,6 +494,11 @@ class Settings:
         }
 
 
+def embedder_versions_dir() -> Path:
+    """Where learned embedder versions live, one directory each (core/store/embedders.py)."""
+    return home() / "training_data" / "embedder.versions"
+
+
 def student_path(override: str | None = None) -> Path:
     from pathlib import Path
 

@@ -71,6 +71,8 @@ MEMORY_SCHEMA = {
     "replay_runs": ["id", "status", "config", "sent", "report", "created_at", "updated_at"],
     # the team's deployed students (migration 0008, core/learning/team.py)
     "student_versions": ["name", "checksum", "size", "blob", "card", "instance", "published_at"],
+    # a learned embedder's staged vectors (migration 0010, core/store/embedders.py)
+    "memory_vectors": ["id", "memory_id", "embedding_model", "embedding", "memory_updated_at"],
 }
 EPHEMERAL_SCHEMA = {
     "cairn_migrations": ["name", "applied_at"],
@@ -168,6 +170,7 @@ def test_migrations_are_recorded_in_order_and_applied_once(tmp_path):
         "0007_memories_instance",
         "0008_student_versions",
         "0009_double_precision",
+        "0010_memory_vectors",
     ]
     assert migrations.apply_pending(database, migrations.MEMORY_MIGRATIONS) == names
     assert migrations.apply_pending(database, migrations.MEMORY_MIGRATIONS) == []

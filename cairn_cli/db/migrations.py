@@ -429,6 +429,23 @@ def _student_versions(db: peewee.Database) -> None:
     )
 
 
+def _memory_vectors(db: peewee.Database) -> None:
+    """A learned embedder's vectors staged beside the live ones (core/store/embedders.py): a deploy re-embeds the
+    store here in the background and copies them into `memories` in one transaction; the previous embedder's stay
+    for a cheap rollback. `memory_updated_at`: the memory's version the vector was made from (stale once it moves)."""
+    _create(
+        db,
+        "memory_vectors",
+        {
+            "memory_id": peewee.IntegerField(),
+            "embedding_model": peewee.CharField(max_length=200),
+            "embedding": peewee.BlobField(),
+            "memory_updated_at": peewee.DateTimeField(),
+        },
+        indexes=((("memory_id", "embedding_model"), True), (("embedding_model",), False)),
+    )
+
+
 def _deliveries_grade_propensity(db: peewee.Database) -> None:
     """Teacher demotion (core/experiment/grading.py): the probability the delivery's turn asked the agent for grades
     (what inverse-propensity weighting divides by) and whether it did. Old rows stay NULL: every turn was asked."""
@@ -451,6 +468,7 @@ MEMORY_MIGRATIONS: list[Migration] = [
     ("0007_memories_instance", _instance_column("memories")),
     ("0008_student_versions", _student_versions),
     ("0009_double_precision", _double_precision({"memories": ["confidence"], "memory_merges": ["similarity"]})),
+    ("0010_memory_vectors", _memory_vectors),
 ]
 EPHEMERAL_MIGRATIONS: list[Migration] = [
     ("0001_memory_deliveries", _deliveries_v1),

@@ -15,6 +15,7 @@ MIGRATIONS: dict[str, tuple[str, ...]] = {
         "0007_memories_instance",
         "0008_student_versions",
         "0009_double_precision",
+        "0010_memory_vectors",
     ),
     "ephemeral": (
         "0001_memory_deliveries",

