@@ -92,7 +92,7 @@ def run_stop(raw: bytes | None = None) -> int:
                 settings,
                 home=home_dir(),
                 embed_with_model=dispatch.embed_with_model,
-                embed=dispatch.embed,
+                embed=dispatch.embed_with_model,
                 context=where,
             )
         extra = "; ".join(report.problems + report.notes)

@@ -3,13 +3,9 @@ rollback, the scratch engine, the daemon's switch, and a real-model deploy end t
 
 from __future__ import annotations
 
-import numpy as np
-import pytest
-
 from cairn_cli.config import Settings, embedder_versions_dir
 from cairn_cli.core.store import embedders
 from cairn_cli.core.store.embedders import Calibration
-from cairn_cli.ml.models import HashingEncoder, get_encoder
 
 LEARNED = "hashing@20261206T070000123456Z-4242"
 

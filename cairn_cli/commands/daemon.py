@@ -23,6 +23,16 @@ def _show(st, json: bool) -> None:
             + (f": {st.detail}" if st.detail else "")
             + (f", torch threads {threads}" if threads else "")
         )
+        if st.health.get("embed_model"):
+            reembed = (st.health.get("embedder") or {}).get("reembed")
+            output.text_out(
+                f"embedder: {st.health['embed_model']}"
+                + (
+                    f"; re-embedding for {reembed['pending']}: {reembed['staged']}/{reembed['to_stage']}"
+                    if reembed
+                    else ""
+                )
+            )
         plan = st.health.get("rerank_plan")
         if plan:
             _show_plan(plan)

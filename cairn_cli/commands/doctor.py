@@ -34,7 +34,7 @@ def doctor(
         apply=apply,
         only=only.value if only else None,
         embed_with_model=dispatch.embed_with_model,
-        embed=dispatch.embed,
+        embed=dispatch.embed_with_model,
     )
     if json:
         output.json_out(report.as_dict())

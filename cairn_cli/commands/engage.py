@@ -41,7 +41,9 @@ def engage(
     from cairn_cli.daemon import dispatch
 
     text = _response_text(response, file, transcript)
-    report = apply_engagement(session, text, opened_settings(), turn=turn, prompt=prompt, embed=dispatch.embed)
+    report = apply_engagement(
+        session, text, opened_settings(), turn=turn, prompt=prompt, embed=dispatch.embed_with_model
+    )
     output.json_out(report.as_dict()) if json else _show(report)
 
 

@@ -194,12 +194,21 @@ def contradict(ids: Annotated[list[int], typer.Argument(help="Memory ids.")], js
 
 
 def embed(json: Json = False) -> None:
-    """Embed the memories that lack an embedding from the configured model (after changing CAIRN_EMBED_MODEL).
+    """Embed the memories that lack an embedding from the live embedder (after changing CAIRN_EMBED_MODEL), and
+    finish a learned embedder's pending deploy (its re-embed and swap: what the daemon does; cron-friendly).
 
     Example: cairn memory embed
     """
-    from cairn_cli.core.store import embeddings
+    from cairn_cli.core.store import embedders, embeddings
 
+    settings = opened_settings()
+    with output.progress(None, "re-embedding") as tick:
+        swapped = embedders.finish_pending(settings, progress=tick)
     with output.progress(None, "embedding") as tick:
-        n = embeddings.embed_missing(opened_settings(), progress=tick)
-    output.json_out({"embedded": n}) if json else output.text_out(f"embedded {n} memories")
+        n = embeddings.embed_missing(settings, progress=tick)
+    if json:
+        output.json_out({"embedded": n, "embedder": embedders.live_name(settings), "swap": swapped})
+    else:
+        if swapped:
+            output.message(swapped)
+        output.text_out(f"embedded {n} memories")

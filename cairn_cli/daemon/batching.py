@@ -156,15 +156,20 @@ def model_queue(encoder) -> ModelQueue:
     and the rerank plan's margin, learnt from the stage's forward passes, learnt the embedder's time instead). The
     callers waiting together make one call of each model: their texts encoded together, and the pairs of their
     rankings scored in one forward pass per (reranker, precision, max length) among them (a swap may leave two
-    rerankers in the queue for a moment)."""
+    rerankers in the queue for a moment), and the texts of each embedder in one call (`encoder`: the one of a
+    payload that names none; a learned embedder's background re-embed, or a swap, may queue two)."""
     import numpy as np
 
     def run(payloads: list[tuple]) -> list:
         out: list = [None] * len(payloads)
-        embeds = [i for i, p in enumerate(payloads) if p[0] == EMBED]
-        if embeds:
+        by_encoder: dict[int, list[int]] = {}  # (EMBED, texts[, encoder]): the daemon's, or a re-embed's
+        for i, p in enumerate(payloads):
+            if p[0] == EMBED:
+                by_encoder.setdefault(id(p[2]) if len(p) > 2 else 0, []).append(i)
+        for embeds in by_encoder.values():
+            model = payloads[embeds[0]][2] if len(payloads[embeds[0]]) > 2 else encoder
             try:
-                vecs = encoder.encode([t for i in embeds for t in payloads[i][1]])
+                vecs = model.encode([t for i in embeds for t in payloads[i][1]])
             except Exception as exc:
                 vecs = exc
             start = 0
@@ -207,7 +212,8 @@ class QueuedEncoder:
         for start in range(0, len(texts), EMBED_SLICE):
             try:
                 texts_slice = list(texts[start : start + EMBED_SLICE])
-                parts.append(self.queue.submit((EMBED, texts_slice), start_by=self.start_by, urgent=self.urgent))
+                job = (EMBED, texts_slice, self.encoder)  # its own model: a swap or a re-embed may be under way
+                parts.append(self.queue.submit(job, start_by=self.start_by, urgent=self.urgent))
             except Missed as exc:
                 raise DeadlineExceeded(f"no turn at the embedder before the client's deadline ({exc})") from None
         return np.concatenate(parts) if parts else np.zeros((0, self.dim), dtype=np.float32)

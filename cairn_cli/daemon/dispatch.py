@@ -177,13 +177,10 @@ def _daemon_ready() -> bool:
 
 
 def _local_embed(texts: list[str]):
-    """(model name, float32 array): the configured model, loaded in this process (ml/models.embed_here)."""
+    """(model name, float32 array): the live embedder (core/store/embedders.py; the stores are open), loaded in this
+    process (ml/models.embed_here)."""
+    from cairn_cli.config import Settings
+    from cairn_cli.core.store.embedders import live_name
     from cairn_cli.ml.models import embed_here
 
-    return embed_here(texts, config.get_str("EMBED_MODEL"), config.get_str("EMBED_DTYPE"))
-
-
-def embed(texts: list[str]) -> list[list[float]] | None:
-    """Vectors only (engagement's semantic test); None when no embedder answers."""
-    got = embed_with_model(texts)
-    return None if got is None else got[1]
+    return embed_here(texts, live_name(Settings()), config.get_str("EMBED_DTYPE"))

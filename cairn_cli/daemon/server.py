@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -139,6 +140,11 @@ class Daemon:
         self.loading_sig: tuple | None = None
         self.refused_students: set[str] = set()  # the team's student versions that could not be installed here
         self.student_warning: str | None = None
+        # a learned embedder: one re-embed or switch at a time, in a thread of its own (check_embedder)
+        self._embedder_work = threading.Lock()
+        self.refused_embedders: set[str] = set()  # the team's embedder versions that could not be installed here
+        self.reembed: dict | None = None  # the re-embed under way: {"pending", "staged", "to_stage", "started_at"}
+        self.embedder_note: str | None = None  # what the last re-embed, switch or team sync did
         self.state = "loading"
         self.server: _Server | None = None  # set by _serve_locked before anything is served
         self.socket_id: tuple[int, int] | None = None  # (st_dev, st_ino) of the socket we bound
@@ -153,12 +159,15 @@ class Daemon:
 
         if not idle_threads_sleep():  # before torch loads: the hooks' processes need the cores between model calls
             self.log("warning: torch was loaded before the daemon could make OpenMP's idle threads sleep")
-        from cairn_cli.ml.models import get_encoder
+        from cairn_cli.core.learning.team import shared_store
+        from cairn_cli.core.store import embedders
 
         open_stores(self.settings)
         self.stores.key = _stores_key(self.settings)
         set_torch_threads(self.settings.TORCH_THREADS)  # kept through every model load (ml/device.py)
-        self.engine = RankEngine(get_encoder(self.settings.EMBED_MODEL, self.settings.EMBED_DTYPE))
+        if shared_store():  # the embedder the team's store vectors were made with, before it is loaded
+            self._note_embedder(embedders.sync(self.settings, refused=self.refused_embedders))
+        self.engine = RankEngine(embedders.live_encoder(self.settings))
         self.models = model_queue(self.engine.encoder)
         self.refresh_reranker(self.settings, wait=True)
         t0 = time.time()
@@ -170,6 +179,7 @@ class Daemon:
         self.last_work = time.monotonic()
         self.state = "ready"
         self.write_status()
+        self.check_embedder(self.settings)  # a deploy pending since the last daemon: its re-embed goes on
 
     def refresh_reranker(self, settings: Settings, *, wait: bool = False) -> None:
         """Resolve the reranker for this request's settings; when it (or the student on disk) changed, load the new
@@ -242,6 +252,104 @@ class Daemon:
         self.log(f"reranker: {reranker.name if reranker else 'none'}")
         self.write_status()
 
+    # -- the learned embedder ------------------------------------------------------------------------------------
+    def check_embedder(self, settings: Settings) -> None:
+        """For a request on the daemon's own store: when the store's live embedder is not the one the engine ranks
+        with (a swap done elsewhere: `cairn memory embed`), switch to it; when a deploy is pending, re-embed the
+        store. Both in a thread of their own, one at a time, never in a request's way; the requests meanwhile rank
+        with the embedder they started with. Cheap: two machine-state reads."""
+        from cairn_cli.core.learning.team import shared_store
+        from cairn_cli.core.store import embedders
+
+        if _stores_key(settings) != _stores_key(self.settings) or not self._embedder_work.acquire(blocking=False):
+            return
+        started = False
+        try:
+            assert self.engine is not None and self.engine.encoder is not None  # ready: load() made them
+            if shared_store():
+                self._note_embedder(embedders.sync(settings, refused=self.refused_embedders))
+            live, pending = embedders.live_name(settings), embedders.record(settings).get("pending")
+            work: Callable[[Settings, str], None]
+            if live != self.engine.encoder.name:
+                work, name = self._switch_embedder, live
+            elif pending and pending not in self.refused_embedders and embedders.usable(pending):
+                work, name = self._reembed, pending
+            else:
+                return
+            threading.Thread(target=self._embedder_thread, args=(work, settings, name), daemon=True).start()
+            started = True
+        finally:
+            if not started:
+                self._embedder_work.release()
+
+    def _embedder_thread(self, work: Callable[[Settings, str], None], settings: Settings, name: str) -> None:
+        try:
+            work(settings, name)
+        except Exception as exc:
+            self._note_embedder(f"the embedder's re-embed or switch failed: {type(exc).__name__}: {exc}")
+            self.log(traceback.format_exc())
+        finally:
+            self.reembed = None
+            self._embedder_work.release()
+            self.write_status()
+
+    def _note_embedder(self, note: str | None) -> None:
+        if note:
+            self.embedder_note = note
+            self.log(f"embedder: {note}")
+
+    def _hold(self, settings: Settings):
+        """The request's stores bound around one database step of a re-embed (released between its batches, so that
+        a request naming other stores waits for one batch at most)."""
+        from cairn_cli.core.store import open_stores
+
+        return self.stores.using(_stores_key(settings), lambda: open_stores(settings), None)
+
+    def _reembed(self, settings: Settings, pending: str) -> None:
+        """The pending embedder's re-embed of the store (its calls queued behind the prompts'), then the swap, then
+        the switch."""
+        from cairn_cli.core.store import embedders
+        from cairn_cli.daemon.batching import QueuedEncoder
+        from cairn_cli.ml.models import get_encoder
+
+        assert self.models is not None  # ready: load() made it
+        encoder = QueuedEncoder(get_encoder(pending, settings.EMBED_DTYPE), self.models)  # not urgent: after prompts
+        with self._hold(settings):
+            todo = embedders.to_stage(settings, pending)
+        self.reembed = {"pending": pending, "staged": 0, "to_stage": todo, "started_at": time.time()}
+        self.write_status()
+
+        def tick(n: int) -> None:
+            if self.reembed is not None:
+                self.reembed["staged"] += n
+
+        self._note_embedder(
+            embedders.finish_pending(settings, encoder=encoder, progress=tick, hold=lambda: self._hold(settings))
+        )
+        with self._hold(settings):
+            live = embedders.live_name(settings)
+        self._switch_embedder(settings, live)
+
+    def _switch_embedder(self, settings: Settings, name: str) -> None:
+        """Rank with embedder `name` from the next request on: loaded and its table built first (a view, here), then
+        one assignment; a request in flight keeps the encoder it started with. The other models' tables go."""
+        from cairn_cli.daemon.batching import QueuedEncoder
+        from cairn_cli.ml.models import get_encoder
+
+        assert self.engine is not None and self.models is not None  # ready: load() made them
+        if self.engine.encoder is not None and self.engine.encoder.name == name:
+            return
+        encoder = get_encoder(name, settings.EMBED_DTYPE)
+        queued = QueuedEncoder(encoder, self.models)
+        with self._hold(settings):
+            self.engine.view(encoder=queued, reranker=None, store_encoder=queued).table(settings)
+        old = self.engine.encoder.name if self.engine.encoder is not None else None
+        self.engine.encoder = encoder
+        for key in [k for k in self.engine._tables if k[-1] not in (name, None)]:
+            self.engine._tables.pop(key, None)
+        self._note_embedder(f"ranking with {name} (was {old})")
+        self.write_status()
+
     # -- requests -----------------------------------------------------------------------------------------
     def serve_request(self, req: dict) -> dict:
         """Route one request: health at once; rank and embed concurrently (see the module note), a request whose
@@ -296,6 +404,7 @@ class Daemon:
             # the request's own stores (its CAIRN_* environment, its --db-url), shared with those naming the same
             with self.stores.using(_stores_key(settings), lambda: open_stores(settings), deadline):
                 self.refresh_reranker(settings)  # after open_stores: a calibrated floor is machine state
+                self.check_embedder(settings)
                 engine = self.request_engine(settings, deadline)
                 result = prompt_turn(PromptRequest.from_dict(fields), settings, engine)
                 self.adapt(engine, settings)
@@ -424,6 +533,7 @@ class Daemon:
             "models_queue": self.models.stats() if self.models is not None else None,
             "rss_mb": round(_rss_mb(), 1),
             "embed_model": eng.encoder.name if eng and eng.encoder else None,
+            "embedder": {"reembed": dict(self.reembed) if self.reembed else None, "note": self.embedder_note},
             "reranker": eng.reranker.name if eng and eng.reranker else "none",
             "reranker_dtype": getattr(eng.reranker, "dtype", None) if eng else None,
             "reranker_max_length": getattr(eng.reranker, "max_length", None) if eng else None,

@@ -255,8 +255,11 @@ def _score(batch, texts: dict, settings: Settings, embed_with_model: Embedder, r
     vectors = dict(zip(wanted, vecs))
     out = []
     for r, response in batch:
-        best, _ = semantic_best(
-            [texts[r.memory_id]], response, settings.ENGAGEMENT_CHUNK_CHARS, lambda ts: [vectors[t] for t in ts]
+        best, _ = semantic_best(  # with the model: a learned embedder's cosines on its base's scale
+            [texts[r.memory_id]],
+            response,
+            settings.ENGAGEMENT_CHUNK_CHARS,
+            lambda ts: (model, [vectors[t] for t in ts]),
         )
         out.append(float(best[0]) if best else 0.0)
     return out

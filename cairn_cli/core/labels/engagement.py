@@ -123,7 +123,8 @@ GENERIC_WORDS = frozenset(
 )
 _GENERIC_STEMS = frozenset(stem(w) for w in GENERIC_WORDS) | frozenset(stem(w) for w in STOP_WORDS)
 
-Embed = Callable[[list[str]], "Sequence[Sequence[float]] | None"]
+# texts -> vectors, or (model name, vectors): then a learned embedder's cosines are calibrated to its base's scale
+Embed = Callable[[list[str]], "Sequence[Sequence[float]] | tuple[str, Sequence[Sequence[float]]] | None"]
 
 
 def distinctive_terms(content: str, keywords: Sequence[str] = ()) -> set[str]:
@@ -245,13 +246,23 @@ def semantic_best(
     parts = chunks(response, chunk_chars)
     if not contents or not parts:
         return None, None if not contents else "the response has no text to compare"
-    vectors = embed(contents + parts)
+    got = embed(contents + parts)
+    model = None
+    if isinstance(got, tuple):  # (model, vectors): an embedder that names its model (dispatch.embed_with_model)
+        model, got = got
+    vectors = got
     if vectors is None:
         return None, "no embedder answered (lexical only)"
     if len(vectors) != len(contents) + len(parts):
         return None, f"the embedder answered {len(vectors)} vectors for {len(contents) + len(parts)} texts"
     mem_vecs, chunk_vecs = vectors[: len(contents)], vectors[len(contents) :]
-    return [max(cosine(vec, c) for c in chunk_vecs) for vec in mem_vecs], None
+    best = [max(cosine(vec, c) for c in chunk_vecs) for vec in mem_vecs]
+    if model is not None:
+        from cairn_cli.core.store.embedders import to_base
+
+        # a learned embedder's cosines on its base's scale, the one ENGAGEMENT_SEMANTIC_MIN was fit on
+        best = [float(to_base(model, cos, "query")) for cos in best]
+    return best, None
 
 
 @dataclass

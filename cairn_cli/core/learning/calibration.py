@@ -115,6 +115,7 @@ def _reranker_scores(model: str, instance: str | None = None) -> dict[int, list[
 
 def _composite_scores(profile: str, embed_model: str, instance: str | None = None) -> dict[int, list[float]]:
     """Per grade, the relevance part of the composite of the graded deliveries this profile and model ranked."""
+    from cairn_cli.core.store.embedders import base_of
     from cairn_cli.db.tables import MemoryDelivery
 
     out: dict[int, list[float]] = {g: [] for g in GRADES}
@@ -130,7 +131,7 @@ def _composite_scores(profile: str, embed_model: str, instance: str | None = Non
         if (
             row.grade in out
             and isinstance(score, (int, float))
-            and comps.get("embed_model") == embed_model
+            and base_of(str(comps.get("embed_model") or "")) == embed_model  # its learned versions: its scale
             and comps.get("profile", "default") == profile
         ):
             out[row.grade].append(float(score))

@@ -18,14 +18,15 @@ def composite_scorer(settings: Settings) -> Scorer:
     import numpy as np
 
     from cairn_cli.core.ranking.scoring import Candidate, ScoringTable
-    from cairn_cli.ml.models import get_encoder
+    from cairn_cli.core.store.embedders import calibration, live_encoder
 
-    encoder = get_encoder(settings.EMBED_MODEL, settings.EMBED_DTYPE)
+    encoder = live_encoder(settings)
+    cal = calibration(encoder.name)
     now = utcnow()
 
     def score(query: str, texts: list[str]) -> list[float]:
         vecs = encoder.encode([query] + texts)
-        table = ScoringTable([], settings.KEYWORD_FIELD_WEIGHT, dim=encoder.dim)
+        table = ScoringTable([], settings.KEYWORD_FIELD_WEIGHT, dim=encoder.dim, calibration=cal)
         for i, (text, vec) in enumerate(zip(texts, vecs[1:])):
             table.upsert(Candidate(i, text, [], GLOBAL_SCOPE, "fact", 0.75, now), vec)
         scored = table.score(

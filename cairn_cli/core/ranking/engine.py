@@ -157,6 +157,10 @@ class RankEngine:
         self._refreshing = _thread.allocate_lock()  # one thread builds or refreshes a table at a time
         self.store_encoder = None  # what a refresh embeds the store's new memories with (None: `encoder`)
         self.profile_as = None  # the gate's: a scope's shipped profile -> the one to rank with (None: as served)
+        # the gate's: never write to the store (memories without a vector of this encoder are embedded in memory
+        # only: a table of the whole store under a candidate embedder)
+        self.scratch = False
+        self.calibration = None  # its embedder's cosines -> the base's scale (None: embedders.calibration of it)
 
     def view(self, *, encoder, reranker: Reranker | None, store_encoder=None, profile_as=None) -> RankEngine:
         """This engine's warm tables with other models: the daemon's per-request engine (its queued encoder, the
@@ -168,17 +172,17 @@ class RankEngine:
             encoder, reranker, ranker=self.ranker, notes=self.notes, warnings=self.warnings, indexed=self.indexed
         )
         other._tables, other._refreshing, other.store_encoder = self._tables, self._refreshing, store_encoder
-        other.profile_as = profile_as
+        other.profile_as, other.scratch, other.calibration = profile_as, self.scratch, self.calibration
         return other
 
     @classmethod
     def in_process(cls, settings: Settings, *, with_reranker: bool = True) -> RankEngine:
         """Load the configured models in this process (slow: for the daemon, tests and CAIRN_DAEMON=off)."""
         from cairn_cli.core.ranking.reranking import load_reranker
-        from cairn_cli.ml.models import get_encoder
+        from cairn_cli.core.store.embedders import live_encoder
 
         reranker, warnings = load_reranker(settings) if with_reranker else (None, [])
-        return cls(get_encoder(settings.EMBED_MODEL, settings.EMBED_DTYPE), reranker, warnings=warnings)
+        return cls(live_encoder(settings), reranker, warnings=warnings)
 
     @classmethod
     def lexical_fallback(cls, reason: str) -> RankEngine:
@@ -249,7 +253,12 @@ class RankEngine:
         from cairn_cli.core.ranking.scoring import ScoringTable
 
         dim = self.encoder.dim if self.encoder else None
-        entry = _Table(version, ScoringTable([], settings.KEYWORD_FIELD_WEIGHT, dim=dim), None)
+        cal = self.calibration
+        if cal is None and self.encoder is not None:
+            from cairn_cli.core.store.embedders import calibration
+
+            cal = calibration(self.embed_model)
+        entry = _Table(version, ScoringTable([], settings.KEYWORD_FIELD_WEIGHT, dim=dim, calibration=cal), None)
         self._apply(entry, _load_rows(settings, self.embed_model), settings)
         entry.table.index.freeze()
         entry.table.arrays()  # stack the embedding matrix now, not on the first prompt
@@ -275,7 +284,7 @@ class RankEngine:
                 continue
             vec = blob if blob is None or isinstance(blob, np.ndarray) else np.frombuffer(blob, dtype=np.float32)
             entry.table.upsert(cand, vec)
-        for cand, vec in zip(unembedded, self._embed_and_store(unembedded)):
+        for cand, vec in zip(unembedded, self._embed_and_store(unembedded, settings)):
             cand.has_embedding = True
             entry.table.upsert(cand, vec)
 
@@ -293,21 +302,26 @@ class RankEngine:
             and not superseded
             and not (settings.RELEVANCE_PREFILTER_ENABLED and is_self_referential_meta(cand.content, cand.kind))
         ]
-        for i, vec in zip(missing, self._embed_and_store([rows[i][0] for i in missing])):
+        for i, vec in zip(missing, self._embed_and_store([rows[i][0] for i in missing], settings)):
             cand, _, superseded, updated = rows[i]
             cand.has_embedding = True
             rows[i] = (cand, vec, superseded, updated)
         return rows
 
-    def _embed_and_store(self, cands: list[Candidate]):
-        """Embed memories that have no usable embedding and store it (updated_at untouched: not a new version)."""
+    def _embed_and_store(self, cands: list[Candidate], settings: Settings):
+        """Embed memories that have no usable embedding and store it (updated_at untouched: not a new version) when
+        this engine's embedder is the one the store's vectors are made with: a scratch engine (the gate's candidate)
+        or one still warm with the embedder a swap just replaced keeps them in memory only, never writing another
+        model's vectors over the store's."""
+        from cairn_cli.core.store.embedders import store_model
         from cairn_cli.core.store.embeddings import embedding_text, store_embeddings
 
         if not cands:
             return []
         encoder = self.store_encoder or self.encoder
         vecs = encoder.encode([embedding_text(c.content, c.keywords) for c in cands])
-        store_embeddings([c.id for c in cands], vecs, encoder.name)
+        if not self.scratch and encoder.name == store_model(settings):
+            store_embeddings([c.id for c in cands], vecs, encoder.name)
         return vecs
 
     def embed(self, texts: list[str]):

@@ -70,7 +70,10 @@ def _read(path: Path) -> dict | None:
 def apply(profile: Profile, artifact: dict | None, embed_model: str | None) -> Profile:
     """`profile` with the artifact's learned weights for its kind of store, when it has some that fit (see the
     module note); else `profile` as it is. The delivery records `profile_by` learned:<version>."""
-    if artifact is None or embed_model is None or artifact.get("embed_model") != embed_model:
+    from cairn_cli.core.store.embedders import base_of
+
+    # fit on the base embedder's cosines: a learned version of it, calibrated to its scale, reads the same weights
+    if artifact is None or embed_model is None or artifact.get("embed_model") != base_of(embed_model):
         return profile
     fitted = (artifact.get("profiles") or {}).get(profile.name)
     if not fitted or fitted.get("shipped") != shipped_params(profile):

@@ -111,8 +111,10 @@ def composite_floor(settings: Settings, profile_name: str, embed_model: str | No
         except ValueError:
             raise ConfigError(f"CAIRN_COMPOSITE_FLOOR={raw!r} is not a number", "use auto, off or a number") from None
     from cairn_cli.core.store import state
+    from cairn_cli.core.store.embedders import base_of
 
-    model = embed_model or LEXICAL
+    # a learned embedder's cosines are calibrated to its base's scale (core/store/embedders.py): its base's floor
+    model = base_of(embed_model) if embed_model else LEXICAL
     calibrated = state.get(FLOOR_KEY.format(profile_name, model), settings)
     if calibrated is not None:
         return float(calibrated), "calibrated"

@@ -216,8 +216,12 @@ class ScoringTable:
         keyword_weight: int,
         vectors: np.ndarray | None = None,
         dim: int | None = None,
+        calibration=None,
     ):
         self.keyword_weight = keyword_weight
+        # a learned embedder's map of its cosines to its base's scale (core/store/embedders.py), so that every
+        # weight and threshold fitted on the base's cosines reads the scale it was fitted on; None: as they are
+        self.calibration = calibration
         self.index = LexicalIndex()
         self.candidates: list[Candidate | None] = []
         self.slot_of: dict[int, int] = {}
@@ -360,7 +364,10 @@ class ScoringTable:
     def similarities(self, query_vec: np.ndarray) -> np.ndarray:
         """The cosine per slot of the query's vector."""
         matrix = self.arrays().get("matrix")
-        return np.zeros(self.index.slots) if matrix is None else matrix @ query_vec
+        return np.zeros(self.index.slots) if matrix is None else self._to_base(matrix @ query_vec, "query")
+
+    def _to_base(self, cos, which: str):
+        return cos if self.calibration is None else self.calibration.to_base(cos, which)
 
     def cosines(self, memory_ids: list[int]) -> dict[int, dict[int, float]] | None:
         """The cosines between the embeddings of `memory_ids` (those in the table and embedded by its model; None
@@ -375,7 +382,7 @@ class ScoringTable:
         rows = matrix[[self.slot_of[i] for i in ids]].astype(np.float64)
         norms = np.linalg.norm(rows, axis=1)
         rows = rows / np.where(norms > 0, norms, 1.0)[:, None]
-        sims = (rows @ rows.T).tolist()
+        sims = self._to_base(rows @ rows.T, "memory").tolist()
         return {a: dict(zip(ids, row)) for a, row in zip(ids, sims)}
 
     def window_similarities(
@@ -386,7 +393,7 @@ class ScoringTable:
         matrix = self.arrays().get("matrix")
         if matrix is None:
             return np.zeros(self.index.slots), np.zeros(self.index.slots)
-        both = matrix @ np.stack([prompt_vec, window_vec], axis=1)
+        both = self._to_base(matrix @ np.stack([prompt_vec, window_vec], axis=1), "query")
         return fuse_similarities(both[:, 0], both[:, 1], margin), np.maximum(both[:, 0], both[:, 1])
 
     def _components(self, query, similarities, scope: str | None, mask: np.ndarray, half_life_days: float, now):

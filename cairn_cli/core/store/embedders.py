@@ -20,7 +20,7 @@ the base's scale (quantile matching of the two embedders' cosines on the same te
 weights and floor, the diversity threshold, semantic dedup and engagement's semantic test read the scale they were
 fitted on.
 
-Stdlib and numpy only at import: the rank path reads `live_name`.
+Stdlib only at import (numpy when a map is applied): the rank path, even the fallback's, reads the names.
 """
 
 from __future__ import annotations
@@ -31,8 +31,6 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
 
 from cairn_cli import config
 from cairn_cli.clock import iso_now
@@ -109,6 +107,8 @@ class Map:
     ys: tuple[float, ...]
 
     def __call__(self, cos):
+        import numpy as np
+
         out = np.clip(np.interp(cos, self.xs, self.ys), -1.0, 1.0)
         if isinstance(cos, np.ndarray):
             return out.astype(cos.dtype if cos.dtype.kind == "f" else np.float64, copy=False)
@@ -118,6 +118,8 @@ class Map:
     def matching(cls, base, learned, knots: int) -> Map:
         """The learned cosines' quantiles onto the base's: np.quantile at `knots` evenly spaced levels, the learned
         side made strictly increasing (ties nudged apart), extended linearly to -1 and 1."""
+        import numpy as np
+
         base_arr, learned_arr = np.asarray(base, dtype=np.float64), np.asarray(learned, dtype=np.float64)
         if len(base_arr) != len(learned_arr) or len(base_arr) < 2:
             raise ValueError("a calibration needs at least two paired cosines, as many under each embedder")
@@ -248,6 +250,8 @@ def stage(
     batch at a time (a killed run continues where it stopped), until none lacks one (memories written meanwhile
     included) or `max_batches`. Returns how many were staged. `hold()`: held around each database step (the daemon's
     store binding), never around the model call."""
+    import numpy as np
+
     from cairn_cli.core.store.embeddings import embedding_text
     from cairn_cli.db.tables import MemoryVector, memory_proxy
 
@@ -301,12 +305,16 @@ def swap(settings: Settings, name: str) -> dict:
         old = rec.get("live") or settings.EMBED_MODEL
         live_old = Memory.superseded_by.is_null() & (Memory.embedding_model == old) & Memory.embedding.is_null(False)
         MemoryVector.delete().where(
-            (MemoryVector.embedding_model == old)
-            & MemoryVector.memory_id.in_(Memory.select(Memory.id).where(live_old))
+            (MemoryVector.embedding_model == old) & MemoryVector.memory_id.in_(Memory.select(Memory.id).where(live_old))
         ).execute()
         MemoryVector.insert_from(
             Memory.select(Memory.id, Memory.embedding_model, Memory.embedding, Memory.updated_at).where(live_old),
-            [MemoryVector.memory_id, MemoryVector.embedding_model, MemoryVector.embedding, MemoryVector.memory_updated_at],
+            [
+                MemoryVector.memory_id,
+                MemoryVector.embedding_model,
+                MemoryVector.embedding,
+                MemoryVector.memory_updated_at,
+            ],
         ).execute()
         staged = MemoryVector.alias("staged")
         fresh = (

@@ -16,12 +16,12 @@ Embedder = Callable[[list[str]], "tuple[str, Sequence[Sequence[float]]] | None"]
 
 
 def local_embedder(settings: Settings) -> Embedder:
-    """The configured model loaded in this process: (model name, vectors)."""
+    """The live embedder (core/store/embedders.py) loaded in this process: (model name, vectors)."""
 
     def embed(texts: list[str]):
-        from cairn_cli.ml.models import get_encoder
+        from cairn_cli.core.store.embedders import live_encoder
 
-        encoder = get_encoder(settings.EMBED_MODEL, settings.EMBED_DTYPE)
+        encoder = live_encoder(settings)
         return encoder.name, encoder.encode(texts)
 
     return embed
@@ -48,11 +48,20 @@ def embed_texts(texts: list[str], embed: Embedder) -> tuple[str | None, dict[str
 
 
 def embed_missing(settings: Settings, *, progress: Callable[[int], None] | None = None) -> int:
-    """(Re)embed live memories that lack an embedding from the configured model. Returns how many."""
+    """(Re)embed live memories that lack an embedding from the live embedder (core/store/embedders.py). Returns how
+    many."""
+    from cairn_cli.core.store.embedders import live_name, store_model
     from cairn_cli.db.tables import Memory
+    from cairn_cli.errors import NotFound
     from cairn_cli.ml.models import get_encoder
 
-    encoder = get_encoder(settings.EMBED_MODEL, settings.EMBED_DTYPE)
+    name = live_name(settings)
+    if name != store_model(settings):  # never another model's vectors over the store's
+        raise NotFound(
+            f"the store's embedder {store_model(settings)} is not installed here",
+            "start the daemon (it installs a team's published version) or roll the embedder back",
+        )
+    encoder = get_encoder(name, settings.EMBED_DTYPE)
     stale = list(
         Memory.select().where(
             Memory.superseded_by.is_null()

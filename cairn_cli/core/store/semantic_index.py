@@ -16,7 +16,10 @@ class SemanticIndex:
     at or above the threshold that states the same numbers."""
 
     def __init__(self, model: str, threshold: float):
+        from cairn_cli.core.store.embedders import calibration
+
         self.model, self.threshold = model, threshold
+        self.calibration = calibration(model)  # a learned embedder's cosines on the scale the threshold was fit on
         self.enabled = 0.0 < threshold <= 1.0
         self._scopes: dict[str, tuple[list[int], list[Any]]] = {}  # scope -> (ids, [matrix with spare rows])
 
@@ -70,6 +73,8 @@ class SemanticIndex:
         # einsum, not `@`: one thread; a BLAS matrix-vector product spins up its thread pool per call and, on a busy
         # 2-core machine, was 10-80x slower for an import's thousands of small products
         cos = np.einsum("ij,j->i", holder[0][: len(ids)], v)
+        if self.calibration is not None:
+            cos = self.calibration.to_base(cos, "memory")
         above = np.flatnonzero(cos >= self.threshold)
         numbers = stated_numbers(entry.content)
         for k in above[np.argsort(-cos[above], kind="stable")]:
