@@ -4,6 +4,8 @@ rollback, the scratch engine, the daemon's switch, and a real-model deploy end t
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -22,6 +24,8 @@ def fresh_calibrations():
     embedders._calibrations.clear()
     yield
     embedders._calibrations.clear()
+
+
 TEXTS = [f"memory {i} says the {w} service runs on port {8000 + i}" for i, w in enumerate(["billing", "auth"] * 6)]
 
 
@@ -275,3 +279,69 @@ def test_cairn_rank_and_memory_embed_report_the_learned_embedder(cli):
 
     logged = deliveries.list_deliveries(Settings())
     assert logged and {d.score_components["embed_model"] for d in logged[-3:]} == {LEARNED}  # provenance
+
+
+# -- the daemon and the real model ---------------------------------------------------------------------------------
+def _in_home(home, code: str) -> None:
+    """`code` run against the store of `home` (a daemon's), in a fresh interpreter."""
+    from tests.test_daemon import ROOT, _env
+
+    prelude = (
+        "from cairn_cli.config import Settings\nfrom cairn_cli.core.store import open_stores, embedders\n"
+        "open_stores(Settings())\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", prelude + code], capture_output=True, text=True, timeout=120, env=_env(home), cwd=ROOT
+    )
+    assert out.returncode == 0, out.stderr
+
+
+@pytest.mark.slow
+def test_the_daemon_re_embeds_a_deploy_in_the_background_and_switches_after_the_swap(tmp_path):
+    from tests.test_daemon import make_home, rank_json, run, start, status, wait_for
+
+    home = make_home(tmp_path)
+    try:
+        start(home)
+        assert rank_json(home, "how do I run the linter?")["embed_model"] == "hashing"
+        version_dir = home / "training_data" / "embedder.versions" / str(embedders.version_of(LEARNED))
+        version_dir.mkdir(parents=True)
+        _in_home(home, f"embedders.request({LEARNED!r}, Settings(), card={{}})")
+        first = rank_json(home, "how do I run the linter?")  # ranks with the old vectors, starts the re-embed
+        assert first["embed_model"] == "hashing"
+        wait_for(lambda: status(home)[1].get("embed_model") == LEARNED, "switch to the learned embedder")
+        health = status(home)[1]
+        assert health["embedder"]["reembed"] is None and LEARNED in health["embedder"]["note"]
+        assert rank_json(home, "how do I run the linter?")["embed_model"] == LEARNED
+        shown = json.loads(run(home, "memory", "show", "1", "--json").stdout)
+        assert shown["embedding_model"] == LEARNED
+        text = run(home, "daemon", "status").stdout
+        assert f"embedder: {LEARNED}" in text
+    finally:
+        run(home, "daemon", "stop", "--force")
+
+
+@pytest.mark.slow
+def test_a_real_learned_embedder_deploys_re_embeds_and_shows_in_the_provenance(real_model, cli):
+    """The bundled model saved as a version (what core/learning/embedder.py writes), deployed, finished by `cairn
+    memory embed`, and named by `cairn rank --json` and the delivery log."""
+    from cairn_cli.ml.models import get_encoder
+
+    base = get_encoder("all-MiniLM-L6-v2")
+    name = embedders.learned_name("all-MiniLM-L6-v2", "20261206T070000123456Z-4242")
+    directory = embedder_versions_dir() / str(embedders.version_of(name))
+    base.model.save(str(directory))  # type: ignore[attr-defined]
+    pairs = base.encode(TEXTS)
+    cos = (pairs[:-1] * pairs[1:]).sum(axis=1)
+    (directory / "calibration.json").write_text(Calibration.fit(cos, cos, cos, cos).to_json())
+    (directory / "model_card.json").write_text("{}")
+    add(TEXTS)
+    embedders.request(name, Settings(), card={})
+    out = cli("memory", "embed", "--json")
+    assert json.loads(out.stdout)["embedder"] == name
+    ranked = json.loads(cli("rank", "which port does billing use", "--scope", "proj", "--json").stdout)
+    assert ranked["embed_model"] == name
+    assert {m["components"]["embed_model"] for m in ranked["memories"]} == {name}
+    learned = get_encoder(name)
+    assert np.allclose(learned.encode(TEXTS[:2]), pairs[:2], atol=1e-3)  # the same weights, loaded from the version
+    assert {m for m, _ in stored().values()} == {name}
