@@ -220,11 +220,10 @@ def test_a_version_not_installed_here_is_never_ranked_with_nor_written_over():
     add(["a new memory about the search service"], embed=lambda texts: None)
     assert ranked_model() == "hashing"  # ranks with the base, in memory only
     assert {i: v for i, v in stored().items() if i in before} == before
-    from cairn_cli.core.store import embeddings
     from cairn_cli.errors import NotFound
 
     with pytest.raises(NotFound):
-        embeddings.embed_missing(Settings())
+        embedders.embed_missing(Settings())
 
 
 def test_a_scratch_engine_never_writes_the_store():
@@ -345,3 +344,28 @@ def test_a_real_learned_embedder_deploys_re_embeds_and_shows_in_the_provenance(r
     learned = get_encoder(name)
     assert np.allclose(learned.encode(TEXTS[:2]), pairs[:2], atol=1e-3)  # the same weights, loaded from the version
     assert {m for m, _ in stored().values()} == {name}
+
+
+def test_a_team_store_installs_the_published_version_it_lacks_checksum_verified():
+    import shutil
+
+    from cairn_cli.db.tables import StudentVersion
+
+    directory = install()
+    (directory / "config.json").write_text("{}")  # what unpacking checks a model directory by
+    (directory / "model_card.json").write_text('{"by": "test"}')
+    published = embedders.publish(directory, Settings(EMBED_MODEL="hashing"), force=True)
+    assert published is not None and published["name"] == LEARNED
+    embedders.request(LEARNED, Settings(), card={})
+    shutil.rmtree(directory)  # another machine of the team: the store names a version it lacks
+    assert not embedders.usable(LEARNED)
+    assert embedders.sync(Settings()) == f"installed the team's embedder {LEARNED} (checksum verified)"
+    assert embedders.usable(LEARNED) and (directory / "model_card.json").read_text() == '{"by": "test"}'
+    assert embedders.sync(Settings()) is None  # nothing left to do
+
+    shutil.rmtree(directory)
+    StudentVersion.update(blob=b"tampered").where(StudentVersion.name == LEARNED).execute()
+    refused: set[str] = set()
+    assert "checksum does not match" in (embedders.sync(Settings(), refused=refused) or "")
+    assert refused == {LEARNED} and not embedders.usable(LEARNED)
+    assert embedders.sync(Settings(), refused=refused) is None  # not fetched again

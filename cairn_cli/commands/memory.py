@@ -199,13 +199,13 @@ def embed(json: Json = False) -> None:
 
     Example: cairn memory embed
     """
-    from cairn_cli.core.store import embedders, embeddings
+    from cairn_cli.core.store import embedders
 
     settings = opened_settings()
     with output.progress(None, "re-embedding") as tick:
         swapped = embedders.finish_pending(settings, progress=tick)
     with output.progress(None, "embedding") as tick:
-        n = embeddings.embed_missing(settings, progress=tick)
+        n = embedders.embed_missing(settings, progress=tick)
     if json:
         output.json_out({"embedded": n, "embedder": embedders.live_name(settings), "swap": swapped})
     else:

@@ -4,34 +4,15 @@ store. More in docs/learning.md."""
 from __future__ import annotations
 
 import hashlib
-import io
-import os
-import shutil
-import tarfile
 from pathlib import Path
 
 from cairn_cli import config
 from cairn_cli.config import Settings
 from cairn_cli.core.learning.deploy import DEPLOY_KEY, deploy, versions_dir
 from cairn_cli.core.store import state
+from cairn_cli.core.store.versions import shared_store, tar_directory, unpack
 
 SHARED_KEY = "published"  # inside the deployed-student state: {"name", "checksum", "size"}
-
-
-def shared_store() -> bool:
-    """The memory store is one machines share (PostgreSQL)."""
-    from cairn_cli import db
-
-    return db.is_postgres("memory")
-
-
-def _tar(directory: Path) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for path in sorted(directory.rglob("*")):
-            if path.is_file():
-                tar.add(path, arcname=str(path.relative_to(directory)))
-    return buf.getvalue()
 
 
 def publish(version: Path, settings: Settings, *, force: bool = False) -> dict | None:
@@ -41,7 +22,7 @@ def publish(version: Path, settings: Settings, *, force: bool = False) -> dict |
 
     if not (force or shared_store()):
         return None
-    blob = _tar(version)
+    blob = tar_directory(version)
     published = {"name": version.name, "checksum": hashlib.sha256(blob).hexdigest(), "size": len(blob)}
     card = {}
     card_path = version / "model_card.json"
@@ -84,29 +65,10 @@ def sync(settings: Settings, *, refused: set[str] | None = None) -> str | None:
             if hashlib.sha256(blob).hexdigest() != published.get("checksum"):
                 why = "its checksum does not match the published one"
         if why is None:
-            why = _unpack(blob, target)
+            why = unpack(blob, target)
         if why:
             if refused is not None:
                 refused.add(name)
             return f"the team's student {name} was not installed ({why}); keeping the current model"
     deploy(target, live)
     return f"installed the team's student {name} (checksum verified)"
-
-
-def _unpack(blob: bytes, target: Path) -> str | None:
-    """Unpack into `target` via a temporary sibling and one rename; why not, or None."""
-    from cairn_cli.files import private_dir
-
-    private_dir(target.parent)
-    tmp = target.parent / f".{target.name}.{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        with tarfile.open(fileobj=io.BytesIO(blob), mode="r") as tar:
-            tar.extractall(tmp, filter="data")  # no absolute paths, no links out of the directory
-        if not (tmp / "config.json").is_file():
-            raise tarfile.TarError("no config.json: not a model directory")
-        os.replace(tmp, target)
-    except (tarfile.TarError, OSError, ValueError) as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        return f"it cannot be unpacked: {exc}"
-    return None

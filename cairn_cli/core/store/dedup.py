@@ -10,7 +10,8 @@ from typing import cast
 from cairn_cli.config import Settings
 from cairn_cli.core.ids import GLOBAL_SCOPE
 from cairn_cli.core.store import search_index
-from cairn_cli.core.store.embeddings import Embedder, embed_texts, embedding_text, local_embedder, store_embeddings
+from cairn_cli.core.store.embedders import local_embedder
+from cairn_cli.core.store.embeddings import Embedder, embed_texts, embedding_text, store_embeddings
 from cairn_cli.core.store.evidence import add_evidence, confidence_of
 from cairn_cli.core.store.memories import MemoryInput
 from cairn_cli.core.store.merges import merge_into

@@ -36,6 +36,7 @@ from cairn_cli import config
 from cairn_cli.clock import iso_now
 from cairn_cli.config import Settings
 from cairn_cli.core.store import state
+from cairn_cli.core.store.embeddings import Embedder
 from cairn_cli.errors import NotFound
 
 KEY = "embedder"
@@ -369,13 +370,13 @@ def publish(version: Path, settings: Settings, *, force: bool = False) -> dict |
     """Write a learned version's directory to the shared store (beside the team's students, named by the learned
     name) and list it, with its checksum, in the embedder record; None when the store is this machine's own, unless
     `force`."""
-    from cairn_cli.core.learning.team import _tar, shared_store
+    from cairn_cli.core.store.versions import shared_store, tar_directory
     from cairn_cli.db.tables import StudentVersion, memory_proxy
 
     if not (force or shared_store()):
         return None
     name = learned_name(settings.EMBED_MODEL, version.name)
-    blob = _tar(version)
+    blob = tar_directory(version)
     published = {"checksum": hashlib.sha256(blob).hexdigest(), "size": len(blob)}
     card_path = version / "model_card.json"
     card = json.loads(card_path.read_text()) if card_path.is_file() else {}
@@ -392,7 +393,7 @@ def sync(settings: Settings, *, refused: set[str] | None = None) -> str | None:
     """Install the store's live and pending learned versions this machine lacks, from the shared store (checksum
     verified), so that every instance ranks with the embedder the store's vectors were made with. Returns what
     happened (a line for the daemon's log), None when there was nothing to do."""
-    from cairn_cli.core.learning.team import _unpack
+    from cairn_cli.core.store.versions import unpack
     from cairn_cli.db.tables import StudentVersion
 
     rec = record(settings)
@@ -408,7 +409,7 @@ def sync(settings: Settings, *, refused: set[str] | None = None) -> str | None:
         elif hashlib.sha256(bytes(row.blob)).hexdigest() != published.get("checksum"):
             why = "its checksum does not match the published one"
         else:
-            why = _unpack(bytes(row.blob), version_dir(name))
+            why = unpack(bytes(row.blob), version_dir(name))
         if why:
             if refused is not None:
                 refused.add(name)
@@ -416,3 +417,43 @@ def sync(settings: Settings, *, refused: set[str] | None = None) -> str | None:
         else:
             notes.append(f"installed the team's embedder {name} (checksum verified)")
     return "; ".join(notes) or None
+
+
+# -- the live embedder in this process ----------------------------------------------------------------------------
+def local_embedder(settings: Settings) -> Embedder:
+    """The live embedder loaded in this process: (model name, vectors)."""
+
+    def embed(texts: list[str]):
+        encoder = live_encoder(settings)
+        return encoder.name, encoder.encode(texts)
+
+    return embed
+
+
+def embed_missing(settings: Settings, *, progress: Callable[[int], None] | None = None) -> int:
+    """(Re)embed live memories that lack an embedding from the live embedder. Returns how many."""
+    from cairn_cli.core.store.embeddings import embedding_text, store_embeddings
+    from cairn_cli.db.tables import Memory
+    from cairn_cli.ml.models import get_encoder
+
+    name = live_name(settings)
+    if name != store_model(settings):  # never another model's vectors over the store's
+        raise NotFound(
+            f"the store's embedder {store_model(settings)} is not installed here",
+            "start the daemon (it installs a team's published version) or roll the embedder back",
+        )
+    encoder = get_encoder(name, settings.EMBED_DTYPE)
+    stale = list(
+        Memory.select().where(
+            Memory.superseded_by.is_null()
+            & ((Memory.embedding_model != encoder.name) | Memory.embedding_model.is_null())
+        )
+    )
+    for start in range(0, len(stale), 256):
+        batch = stale[start : start + 256]
+        store_embeddings(
+            [m.id for m in batch], encoder.encode([embedding_text(m.content, m.keywords) for m in batch]), encoder.name
+        )
+        if progress:
+            progress(len(batch))
+    return len(stale)
