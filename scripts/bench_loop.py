@@ -473,6 +473,21 @@ def wait_for_reranker(cairn: Cairn, name: str, conv: str, timeout_s: float = 900
     raise RuntimeError(f"the daemon did not load {name} within {timeout_s} s")
 
 
+LEARNER_NAMES = ("fusion", "embedder", "student")
+
+
+def wait_for_embedder(cairn: Cairn, name: str, conv: str, timeout_s: float = 900) -> None:
+    """After an embedder deploy (the store re-embedded by `train-reranker` itself): one ranking makes the daemon
+    look at the live embedder; then wait until it embeds prompts with it, so every later prompt is ranked by it."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        cairn.run("rank", "warm up", "--scope", conv, "--no-log", "--json")
+        if cairn.status().get("embedder") == name:
+            return
+        time.sleep(1)  # polling another process's state (a benchmark, not a test)
+    raise RuntimeError(f"the daemon did not switch to {name} within {timeout_s} s")
+
+
 def replay(args, regime: str, noise: float) -> dict:
     work = Path(args.work) / regime
     if work.exists():
@@ -600,20 +615,26 @@ def retrain(cairn, args, home, queries, conv, labels, prompts, curve, final: boo
         report = {"outcome": "error", "reason": proc.stderr.strip()[-500:]}
     decision = {"labels": labels, "prompts": prompts, "seconds": round(time.time() - t0, 1), **report}
     decision.pop("train_stats", None)
-    fusion = report.get("fusion") or {}  # --auto trains both learners: the fusion's weights first, then the student
-    log(f"train at {labels} labels: student {report.get('outcome')}: {report.get('reason')}")
-    if fusion:
-        log(f"train at {labels} labels: fusion {fusion.get('outcome')}: {fusion.get('reason')}")
-    if report.get("outcome") == "deployed":
-        wait_for_reranker(cairn, "student:" + str(Path(report["student_dir"]).resolve()), conv)
-    if "deployed" in (report.get("outcome"), fusion.get("outcome")):  # the fusion's weights: read per ranking
+    # --auto's learners (core/learning/trainer.py LEARNERS): the last one's report at the top, the others' by name
+    top = report.get("learner") or ("student" if "student_dir" in report or "student_r5" in report else "error")
+    learners = {top: report, **{k: report[k] for k in LEARNER_NAMES if isinstance(report.get(k), dict)}}
+    for name, r in learners.items():
+        log(f"train at {labels} labels: {name} {r.get('outcome')}: {r.get('reason')}")
+    student, embedder = learners.get("student") or {}, learners.get("embedder") or {}
+    if student.get("outcome") == "deployed":
+        wait_for_reranker(cairn, "student:" + str(Path(student["student_dir"]).resolve()), conv)
+    if embedder.get("outcome") == "deployed":
+        wait_for_embedder(cairn, embedder["name"], conv)
+    if any(r.get("outcome") == "deployed" for r in learners.values()):  # the fusion's weights: read per ranking
         live = evaluate_live(home, queries)
-        live["profile"] = fusion.get("version") or curve[-1].get("profile")
+        live["profile"] = (learners.get("fusion") or {}).get("version") or curve[-1].get("profile")
+        live["embedder"] = embedder.get("name") if embedder.get("outcome") == "deployed" else curve[-1].get("embedder")
     else:  # nothing changed live: the held-out ranking is the last one measured
         live = {k: curve[-1][k] for k in ("R@5", "nDCG@10", "reranker", "forms") if k in curve[-1]}
         live["profile"] = curve[-1].get("profile")
+        live["embedder"] = curve[-1].get("embedder")
     live["vs_composite"] = versus(live, curve[0])
-    outcome = f"student {report.get('outcome')}, fusion {fusion.get('outcome', '–')}"
+    outcome = ", ".join(f"{name} {r.get('outcome')}" for name, r in learners.items())
     curve.append({"labels": labels, "prompts": prompts, **live, "outcome": outcome})
     decision["held_out_live"] = live
     log(f"held-out live ranking at {labels} labels: {summary(live)}")

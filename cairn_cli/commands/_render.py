@@ -16,8 +16,10 @@ def pct(share: float | None) -> str:
 def training_outcome(outcome: dict) -> None:
     kind = outcome["outcome"]
     if kind == "rolled-back":
-        what = "learned profile" if outcome.get("learner") == "fusion" else "student"
+        what = {"fusion": "learned profile", "embedder": "embedder"}.get(outcome.get("learner") or "", "student")
         output.message(f"rolled back: the live {what} is {outcome['version']}")
+        if outcome.get("reembedded"):
+            output.message(outcome["reembedded"])
     elif kind == "exported":
         output.message(f"wrote {outcome['rows']} graded deliveries to {outcome['path']}")
     elif kind in ("locked", "skipped"):
@@ -28,9 +30,10 @@ def training_outcome(outcome: dict) -> None:
             title=f"train-reranker: {kind}",
         )
         if outcome.get("forms"):
+            numbers = next(iter(outcome["forms"].values()))  # the learner's and the live ranking's, as it names them
             output.table(
                 [{"form": form, **numbers} for form, numbers in outcome["forms"].items()],
-                ["form", "queries", "student_ndcg10", "incumbent_ndcg10", "student_r5", "incumbent_r5"],
+                ["form", "queries", *sorted((k for k in numbers if k != "queries"), key=lambda k: (k[-2:], k))],
                 title="held-out, per form",
             )
         if outcome.get("train_stats"):

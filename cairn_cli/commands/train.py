@@ -15,10 +15,13 @@ from cairn_cli.commands._common import Json, opened_settings
 from cairn_cli.commands._options import option_values
 
 
-class Learner(str, Enum):
+class Learner(str, Enum):  # core/learning/trainer.py LEARNERS
     student = "student"
     fusion = "fusion"
+    embedder = "embedder"
     both = "both"
+    fusion_embedder = "fusion+embedder"
+    all = "all"
 
 
 class Device(str, Enum):
@@ -122,12 +125,18 @@ def train_reranker(
         Learner | None,
         typer.Option(
             case_sensitive=False,
-            help="student (a cross-encoder), fusion (the composite's weights fit per kind of store: seconds, few "
-            "labels, no hot-path cost) or both (fusion first). Default: both with --auto, else student.",
+            help="student (a cross-encoder reranker), fusion (the composite's weights fit per kind of store: seconds, "
+            "few labels), embedder (the bi-encoder itself tuned, the store re-embedded: no hot-path cost), both "
+            "(fusion, student), fusion+embedder or all (fusion, embedder, student). Default: fusion+embedder with "
+            "--auto, else student.",
         ),
     ] = None,
     rollback: Annotated[
-        bool, typer.Option("--rollback", help="Put the previous student (--learner fusion: learned profile) back live.")
+        bool,
+        typer.Option(
+            "--rollback",
+            help="Put the previous student (--learner fusion: learned profile; embedder: embedder) back live.",
+        ),
     ] = False,
     auto: Annotated[bool, typer.Option("--auto", help="For cron: train only when enough new labels arrived.")] = False,
     min_new_labels: Annotated[int, typer.Option("--min-new-labels", min=1)] = 200,
@@ -152,7 +161,7 @@ def train_reranker(
         locals(),
         engagement_methods=parse_methods(engagement_methods),
         deploy=not no_deploy,
-        learner=(learner.value if learner else "both" if auto else "student"),
+        learner=(learner.value if learner else "fusion+embedder" if auto else "student"),
     )
     job = jobs.Job(rollback=rollback, export=export, auto=auto, min_new_labels=min_new_labels)
     with contextlib.ExitStack() as stack:

@@ -126,18 +126,20 @@ def pipeline_rankings(
     *,
     form: str = WINDOW,
     profile: Callable[[Profile], Profile] | None = None,
+    engine=None,
 ) -> dict[str, list[list[int]]]:
     """Each held-out query, in `form`, ranked by the production pipeline once per reranker (None: the composite
     alone). A store's query goes through `rank()` itself, as `cairn rank` and the hook rank it (core/ranking/rank.py:
     the window's query plan, the scope's profile and composite floor, the best RERANK_CANDIDATES reranked, floor,
     blend); a `--data` query over its own rows. `profile`: what a scope's shipped profile is ranked as (a candidate
     learned profile's weights, core/learning/fusion.py; None: as served now, the live learned one where deployed).
-    Returns, per reranker name, each case's ranking as deep as the rerank stage goes (ranking_quality condenses it to
-    the graded memories, then cuts it at 5 and GATE_K)."""
+    `engine`: the models and table to rank with (None: the live ones, loaded in this process; a candidate embedder's:
+    core/learning/embedder.py). Returns, per reranker name, each case's ranking as deep as the rerank stage goes
+    (ranking_quality condenses it to the graded memories, then cuts it at 5 and GATE_K)."""
     from cairn_cli.core.ranking.engine import RankEngine
     from cairn_cli.core.ranking.rank import RankQuery, rank
 
-    engine = RankEngine.in_process(settings, with_reranker=False)
+    engine = engine or RankEngine.in_process(settings, with_reranker=False)
     encoder = _Remembered(engine.encoder)
     depth = max(GATE_K, settings.RERANK_CANDIDATES)  # an explored memory may sit below the top 10
     out: dict[str, list[list[int]]] = {name: [] for name in rerankers}
@@ -254,18 +256,22 @@ def rank_forms(
     cases: list[RankingCase], settings: Settings, forms, *, candidate: tuple, live: tuple
 ) -> tuple[dict[str, Ranking], dict[str, Ranking]]:
     """Per form: the candidate pipeline's and the live one's Ranking of the same `cases`. Each side is (its
-    reranker, its profile_as: a shipped profile -> the one it ranks with; None: as served now)."""
+    reranker, its profile_as: a shipped profile -> the one it ranks with, None: as served now[, its engine: None or
+    absent, the live models])."""
     mine: dict[str, Ranking] = {}
     theirs: dict[str, Ranking] = {}
+    c_engine, l_engine = (candidate[2:] or (None,))[0], (live[2:] or (None,))[0]
     for form in forms:
-        if candidate[1] is live[1]:  # one profile: one pass over the queries ranks both rerankers
+        if candidate[1] is live[1] and c_engine is l_engine:  # one pass over the queries ranks both rerankers
             ranked = pipeline_rankings(
                 cases, {"candidate": candidate[0], "live": live[0]}, settings, form=form, profile=candidate[1]
             )
             a, b = ranked["candidate"], ranked["live"]
         else:
-            a = pipeline_rankings(cases, {"c": candidate[0]}, settings, form=form, profile=candidate[1])["c"]
-            b = pipeline_rankings(cases, {"l": live[0]}, settings, form=form, profile=live[1])["l"]
+            a = pipeline_rankings(
+                cases, {"c": candidate[0]}, settings, form=form, profile=candidate[1], engine=c_engine
+            )["c"]
+            b = pipeline_rankings(cases, {"l": live[0]}, settings, form=form, profile=live[1], engine=l_engine)["l"]
         mine[form], theirs[form] = ranking_quality(cases, a), ranking_quality(cases, b)
     return mine, theirs
 

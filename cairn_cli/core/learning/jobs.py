@@ -33,6 +33,19 @@ def run_job(settings: Settings, opts: TrainOptions, job: Job, *, progress=None) 
             from cairn_cli.core.learning import fusion
 
             return {"outcome": "rolled-back", **fusion.rollback(settings)}
+        if opts.learner == "embedder":
+            from cairn_cli.core.store import embedders
+
+            back = embedders.rollback(settings)
+            done = embedders.finish_pending(settings)  # the old vectors are staged: only what changed is embedded
+            previous = back.get("live") or settings.EMBED_MODEL
+            return {
+                "outcome": "rolled-back",
+                "learner": "embedder",
+                "version": back["pending"],
+                "previous": previous,
+                "reembedded": done,
+            }
         return {"outcome": "rolled-back", **rollback(settings)}
     if job.export:
         rows = graded_rows(settings, instance=opts.instance)

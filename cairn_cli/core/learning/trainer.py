@@ -22,31 +22,54 @@ from cairn_cli.core.store import state
 from cairn_cli.errors import InvalidInput, NotFound
 from cairn_cli.files import atomic_write
 
+LEARNERS = {  # --learner: the learners it runs, in this order, on one split
+    "student": ("student",),
+    "fusion": ("fusion",),
+    "embedder": ("embedder",),
+    "both": ("fusion", "student"),
+    "fusion+embedder": ("fusion", "embedder"),  # --auto's: few labels, nothing added to the hot path
+    "all": ("fusion", "embedder", "student"),
+}
+
 
 def train_learners(
     settings: Settings, opts: TrainOptions, *, progress: Callable[[int, str], Callable[[int], None]] | None = None
 ) -> dict:
-    """The learners `opts.learner` names, on one split: the student (train_reranker), the fusion learner
-    (core/learning/fusion.py), or both: the fusion first (seconds, from few labels), then the student judged against
-    the ranking the fusion left live, when there are pairs enough to train it. One JSON-ready outcome."""
-    from cairn_cli.core.learning import fusion
+    """The learners `opts.learner` names (LEARNERS), on one split, each judged against the ranking the ones before
+    it left live: the fusion learner (core/learning/fusion.py: seconds, from few labels), the learned embedder
+    (core/learning/embedder.py), the student (train_reranker). One JSON-ready outcome: the last learner's at the
+    top, the others' under their names; a learner without pairs enough yet is `skipped` with the reason, unless
+    none had anything to learn from (then the last one's error is raised)."""
+    from cairn_cli.core.learning import embedder, fusion
 
-    if opts.learner == "student":
+    names = LEARNERS[opts.learner]
+    if names == ("student",):
         return train_reranker(settings, opts, progress=progress).as_dict()
     split = prepare(settings, opts)
-    learned = fusion.train(settings, opts, split)
-    if opts.learner == "fusion":
+    results: dict[str, dict] = {}
+    failure: InvalidInput | None = None
+    report: fusion.FusionReport | embedder.EmbedderReport
+    for name in names:
+        try:
+            if name == "fusion":
+                report = fusion.train(settings, opts, split)
+                results[name] = report.as_dict()
+            elif name == "embedder":
+                report = embedder.train(settings, opts, split, progress=progress)
+                results[name] = report.as_dict()
+            else:
+                results[name] = train_reranker(settings, opts, progress=progress, split=split).as_dict()
+                continue  # train_reranker records its own attempt
+        except InvalidInput as exc:
+            failure = exc
+            results[name] = {"outcome": "skipped", "reason": f"{name}: {exc.one_line()}"}
+            continue
         if not opts.dry_run:
-            record_attempt(learned, settings)
-        return learned.as_dict()
-    try:
-        student = train_reranker(settings, opts, progress=progress, split=split).as_dict()
-    except InvalidInput as exc:  # too few pairs for a student yet: the fusion's attempt is the record
-        if learned.outcome == "unchanged":  # neither learner had anything to learn from: say so, as the student does
-            raise
-        record_attempt(learned, settings)
-        student = {"outcome": "skipped", "reason": f"student: {exc.one_line()}"}
-    return {**student, "fusion": learned.as_dict()}
+            record_attempt(report, settings)
+    if failure is not None and all(r["outcome"] in ("skipped", "unchanged") for r in results.values()):
+        raise failure
+    last = names[-1]
+    return {**results[last], **{n: r for n, r in results.items() if n != last}}
 
 
 def train_reranker(

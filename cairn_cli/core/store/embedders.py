@@ -182,7 +182,10 @@ def calibration(name: str | None) -> Calibration | None:
             text = (version_dir(name) / CALIBRATION_FILE).read_text(encoding="utf-8")
         except OSError:
             return None  # not installed (yet): asked again once it is
-        _calibrations[name] = Calibration.from_json(text)
+        try:
+            _calibrations[name] = Calibration.from_json(text)
+        except (ValueError, KeyError, TypeError, IndexError):
+            _calibrations[name] = None  # a broken file never breaks a ranking: its cosines are taken as they are
     return _calibrations[name]
 
 
@@ -211,7 +214,13 @@ def rollback(settings: Settings) -> dict:
     target = rec.get("previous") or settings.EMBED_MODEL
     if target == live:
         raise NotFound(f"there is no embedder to roll back to from {live}", "deploy a learned embedder first")
-    return request(target, settings, card={"rollback_of": live}, by="cairn train-reranker --rollback")
+    card: dict = {}
+    if version_of(target) is not None:  # the version's own card (teacher demotion reads its auto_promote_safe)
+        try:
+            card = json.loads((version_dir(target) / "model_card.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            card = {}
+    return request(target, settings, card={**card, "rollback_of": live}, by="cairn train-reranker --rollback")
 
 
 def _missing(name: str, limit: int | None = None):
