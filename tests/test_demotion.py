@@ -331,3 +331,50 @@ def test_a_rollback_puts_the_live_versions_card_in_force():
     deploy.rollback(Settings())  # the live student is the old one again: its card, not the newer one's, is in force
     assert state.get(grading.DEPLOY_KEY, Settings())["card"] == cards["v-old"]
     assert grading.auto_rate(state.get_many(grading.KEYS, Settings())) == (1.0, "auto")
+
+
+EMBEDDER = "all-MiniLM-L6-v2@20260101T000000000000Z-2"  # a live learned embedder's name
+
+
+def _embedder_turns(session: str, n: int, *, agree: bool, model: str = EMBEDDER) -> None:
+    """n graded turns ranked with `model`'s vectors: two memories graded 3 and 0, their logged similarity in the
+    grades' order (`agree`) or reversed."""
+    from cairn_cli.db.tables import MemoryDelivery
+
+    for turn in range(1, n + 1):
+        rows = [
+            deliveries.DeliveryInput(
+                session,
+                turn,
+                memory,
+                "window",
+                "key",
+                rank,
+                0.5,
+                {"similarity": sim, "embed_model": model},
+                "none",
+                "prompt",
+                "global",
+            )
+            for rank, (memory, sim) in enumerate(((1, 0.8 if agree else 0.1), (2, 0.1 if agree else 0.8)), 1)
+        ]
+        for did, grade in zip(deliveries.record(rows, Settings()), (3, 0)):
+            MemoryDelivery.update(grade=grade).where(MemoryDelivery.id == did).execute()
+
+
+def test_an_auto_promote_safe_learned_embedder_demotes_the_teacher_and_its_drift_raises_the_rate_back(store):
+    card = {"name": EMBEDDER, "auto_promote_safe": True, "held_out": {"embedder_agreement": 0.92}}
+    value = {"live": None, "pending": EMBEDDER, "card": card}
+    state.put(grading.EMBEDDER_KEY, value, Settings(), by="test", reason="deployed")
+    # while the store is re-embedded the card is the pending version's: nothing is demoted yet
+    assert grading.auto_rate(state.get_many(grading.KEYS, Settings())) == (1.0, "auto")
+    state.put(grading.EMBEDDER_KEY, {**value, "live": EMBEDDER, "pending": None}, Settings(), by="t", reason="live")
+    assert grading.auto_rate(state.get_many(grading.KEYS, Settings())) == (grading.DEMOTED_RATE, "auto")
+    # turns ranked with another embedder's vectors say nothing about this one
+    _embedder_turns("before", demotion.DRIFT_MIN_PAIRS + 5, agree=False, model="all-MiniLM-L6-v2")
+    status = demotion.check_drift(Settings())
+    assert status["pairs"] == 0 and status["alarm"] is None
+    _embedder_turns("after", demotion.DRIFT_MIN_PAIRS + 5, agree=False)
+    status = demotion.check_drift(Settings())
+    assert status["learner"] == EMBEDDER and status["held_agreement"] == 0.92 and status["alarm"] is True
+    assert grading.auto_rate(state.get_many(grading.KEYS, Settings())) == (1.0, "drift")

@@ -17,7 +17,8 @@ from cairn_cli.errors import ConfigError
 DEMOTED_RATE = 0.3  # the auto rate once a learner is auto-promote-safe (1.0 before, and on drift)
 DRIFT_KEY = "grade_drift"  # the drift alarm in force: {learner, alarm, agreement, threshold, pairs, turns, at}
 DEPLOY_KEY = "reranker_student"  # = core/learning/deploy.py's (a later stage, off the hot path: not imported)
-KEYS = (DEPLOY_KEY, DRIFT_KEY)  # what `decide` reads (with the A/B's keys, in the turn's one query)
+EMBEDDER_KEY = "embedder"  # = core/store/embedders.py's: the live learned embedder and its card
+KEYS = (DEPLOY_KEY, EMBEDDER_KEY, DRIFT_KEY)  # what `decide` reads (with the A/B's keys, in the turn's one query)
 
 AUTO, ENV, DRIFT = "auto", "env", "drift"  # why a rate is what it is
 
@@ -57,14 +58,20 @@ def rate_setting(settings: Settings) -> float | None:
 
 
 def safe_learner(values: dict) -> str | None:
-    """The deployed learner's version name when its model card says it is auto-promote-safe, else None."""
+    """The deployed learner whose model card says it is auto-promote-safe, else None: the student (its version's
+    name), else the live learned embedder (its name, <base>@<version>; not while another one is being re-embedded:
+    the card then is the pending one's)."""
     record = values.get(DEPLOY_KEY)
-    if not isinstance(record, dict) or not record.get("version"):
-        return None
-    card = record.get("card")
-    if not isinstance(card, dict) or card.get("auto_promote_safe") is not True:
-        return None
-    return version_name(str(record["version"]))
+    if isinstance(record, dict) and record.get("version"):
+        card = record.get("card")
+        if isinstance(card, dict) and card.get("auto_promote_safe") is True:
+            return version_name(str(record["version"]))
+    embedder = values.get(EMBEDDER_KEY)
+    if isinstance(embedder, dict) and embedder.get("live") and not embedder.get("pending"):
+        card = embedder.get("card")
+        if isinstance(card, dict) and card.get("auto_promote_safe") is True and card.get("name") == embedder["live"]:
+            return str(embedder["live"])
+    return None
 
 
 def version_name(path: str) -> str:

@@ -11,6 +11,7 @@ from cairn_cli.core.experiment.grading import (
     DEMOTED_RATE,
     DEPLOY_KEY,
     DRIFT_KEY,
+    EMBEDDER_KEY,
     KEYS,
     auto_rate,
     drift_in_force,
@@ -28,22 +29,32 @@ DRIFT_CLEAR = 0.04  # ... and clears at or above the held-out agreement minus th
 def fresh_agreement(learner: str, *, turns: int = DRIFT_TURNS, min_gap: int = DRIFT_MIN_GAP) -> tuple[float, int, int]:
     """(pairwise agreement, pairs, turns) of the live learner's logged scores with the grades of its last `turns`
     graded turns: within a turn, each two graded deliveries whose grades differ by >= min_gap are a pair, won when
-    the learner's logged score (score_components' reranker_score) orders them like the grades (a tie counts half).
-    nan when there is no pair."""
+    the learner's logged score orders them like the grades (a tie counts half): a student's reranker_score, a learned
+    embedder's similarity (deliveries ranked with its vectors: score_components' embed_model). nan when there is no
+    pair."""
     from peewee import fn
 
     from cairn_cli.db.tables import MemoryDelivery as D
 
-    # the learner's name as the pipeline logs it: "student:<its resolved version directory>"
-    graded = D.grade.is_null(False) & D.reranker_model.startswith("student:") & D.reranker_model.endswith(f"/{learner}")
+    embedder = "@" in learner  # a learned embedder's name is <base>@<version>; a student's its version directory's
+    if embedder:
+        graded = D.grade.is_null(False)  # which were ranked with its vectors: read off each delivery below
+        field = "similarity"
+        depth = turns * 4  # the newest graded turns, some perhaps ranked before it went live
+    else:  # the student's name as the pipeline logs it: "student:<its resolved version directory>"
+        graded = (
+            D.grade.is_null(False) & D.reranker_model.startswith("student:") & D.reranker_model.endswith(f"/{learner}")
+        )
+        field, depth = "reranker_score", turns
     recent = (  # the newest graded turns, by their newest delivery
         D.select(D.session_id, D.turn)
         .where(graded)
         .group_by(D.session_id, D.turn)
         .order_by(fn.MAX(D.id).desc())
-        .limit(turns)
+        .limit(depth)
     )
-    chosen = {(r.session_id, r.turn) for r in recent}
+    order = {(r.session_id, r.turn): i for i, r in enumerate(recent)}  # newest first
+    chosen = set(order)
     if not chosen:
         return float("nan"), 0, 0
     by_turn: dict[tuple[str, int], list[tuple[int, float]]] = {}
@@ -51,9 +62,14 @@ def fresh_agreement(learner: str, *, turns: int = DRIFT_TURNS, min_gap: int = DR
     for r in D.select(D.session_id, D.turn, D.grade, D.score_components).where(graded & D.session_id.in_(sessions)):
         if (r.session_id, r.turn) not in chosen:
             continue
-        score = (r.score_components or {}).get("reranker_score")
+        components = r.score_components or {}
+        if embedder and components.get("embed_model") != learner:
+            continue
+        score = components.get(field)
         if isinstance(score, (int, float)) and not isinstance(score, bool):
             by_turn.setdefault((r.session_id, r.turn), []).append((int(r.grade or 0), float(score)))
+    if embedder:  # its newest `turns` graded turns
+        by_turn = dict(sorted(by_turn.items(), key=lambda kv: order[kv[0]])[:turns])
     won = pairs = 0.0
     for rows in by_turn.values():
         for ga, sa in rows:
@@ -61,13 +77,18 @@ def fresh_agreement(learner: str, *, turns: int = DRIFT_TURNS, min_gap: int = DR
                 if ga - gb >= min_gap:
                     pairs += 1
                     won += 1.0 if sa > sb else 0.5 if sa == sb else 0.0
-    return (won / pairs if pairs else float("nan")), int(pairs), len(chosen)
+    return (won / pairs if pairs else float("nan")), int(pairs), len(by_turn) if embedder else len(chosen)
 
 
 def held_agreement(values: dict) -> float | None:
-    """The deployed learner's own held-out pairwise agreement (its model card's), or None."""
-    card = (values.get(DEPLOY_KEY) or {}).get("card") or {}
-    value = (card.get("held_out") or {}).get("student_agreement")
+    """The auto-promote-safe learner's own held-out pairwise agreement (its model card's), or None."""
+    learner = safe_learner(values)
+    if learner is not None and "@" in learner:
+        card = (values.get(EMBEDDER_KEY) or {}).get("card") or {}
+        value = (card.get("held_out") or {}).get("embedder_agreement")
+    else:
+        card = (values.get(DEPLOY_KEY) or {}).get("card") or {}
+        value = (card.get("held_out") or {}).get("student_agreement")
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
