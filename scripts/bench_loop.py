@@ -482,7 +482,7 @@ def wait_for_embedder(cairn: Cairn, name: str, conv: str, timeout_s: float = 900
     deadline = time.time() + timeout_s
     while time.time() < deadline:
         cairn.run("rank", "warm up", "--scope", conv, "--no-log", "--json")
-        if cairn.status().get("embedder") == name:
+        if cairn.status().get("embed_model") == name:
             return
         time.sleep(1)  # polling another process's state (a benchmark, not a test)
     raise RuntimeError(f"the daemon did not switch to {name} within {timeout_s} s")

@@ -62,7 +62,7 @@ def train_learners(
                 continue  # train_reranker records its own attempt
         except InvalidInput as exc:
             failure = exc
-            results[name] = {"outcome": "skipped", "reason": f"{name}: {exc.one_line()}"}
+            results[name] = {"learner": name, "outcome": "skipped", "reason": f"{name}: {exc.one_line()}"}
             continue
         if not opts.dry_run:
             record_attempt(report, settings)
