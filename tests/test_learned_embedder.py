@@ -75,7 +75,38 @@ def _split():
     return prepare(Settings(), TrainOptions(learner="embedder", holdout=0.3))
 
 
-CITIES = ["Oslo", "Lima", "Quito", "Accra", "Hanoi", "Perth", "Dakar", "Riga", "Sofia", "Tunis", "Porto", "Cusco", "Kyoto", "Malmo", "Turin", "Bergen", "Leeds", "Nantes", "Graz", "Split", "Cork", "Lyon", "Basel", "Gdansk", "Tartu", "Aarhus", "Utrecht", "Ghent", "Bilbao", "Salzburg"]
+CITIES = [
+    "Oslo",
+    "Lima",
+    "Quito",
+    "Accra",
+    "Hanoi",
+    "Perth",
+    "Dakar",
+    "Riga",
+    "Sofia",
+    "Tunis",
+    "Porto",
+    "Cusco",
+    "Kyoto",
+    "Malmo",
+    "Turin",
+    "Bergen",
+    "Leeds",
+    "Nantes",
+    "Graz",
+    "Split",
+    "Cork",
+    "Lyon",
+    "Basel",
+    "Gdansk",
+    "Tartu",
+    "Aarhus",
+    "Utrecht",
+    "Ghent",
+    "Bilbao",
+    "Salzburg",
+]
 
 
 def _jargon_store(cli) -> list[tuple[str, int]]:
