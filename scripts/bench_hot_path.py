@@ -164,6 +164,34 @@ def make_student(home: Path, layers: int | None = None) -> None:
     CrossEncoderModel(bundled_base(), layers=layers).save(home / "training_data" / "reranker-student")
 
 
+def deploy_learned_embedder(home: Path) -> str:
+    """What a deployed learned embedder leaves behind (core/learning/embedder.py): a version directory (the bundled
+    model saved: the same architecture and cost as a tuned one), a calibration of 101 knots per map fitted on these
+    vectors (a real version's size: the table maps every cosine through it), the store's vectors stamped as the
+    version's, and the embedder record naming it live. Returns its name."""
+    os.environ["CAIRN_HOME"] = str(home)
+    from cairn_cli import config
+    from cairn_cli.core.store import embedders, state
+    from cairn_cli.db import close_all, open_db
+    from cairn_cli.db.tables import Memory
+    from cairn_cli.ml.models import BUNDLED_EMBEDDER, get_encoder
+    from cairn_cli.ml.tuning import save_encoder
+
+    close_all()
+    open_db(config.memory_db_url(), config.ephemeral_db_url())
+    name = embedders.learned_name(BUNDLED_EMBEDDER, "bench")
+    target = embedders.version_dir(name)
+    save_encoder(get_encoder(BUNDLED_EMBEDDER, "auto"), target)
+    vecs = np.stack([np.frombuffer(m.embedding, dtype=np.float32) for m in Memory.select().limit(500)])
+    cos = (vecs @ vecs.T)[np.triu_indices(len(vecs), k=1)]
+    calibration = embedders.Calibration.fit(cos, cos * 0.9 + 0.05, cos, cos * 0.9 + 0.05)
+    (target / embedders.CALIBRATION_FILE).write_text(calibration.to_json() + "\n")
+    Memory.update(embedding_model=name).execute()
+    state.put(embedders.KEY, {"live": name, "pending": None}, config.Settings(), by="bench", reason="bench")
+    close_all()
+    return name
+
+
 RUN_ENV: dict[str, str] = {}  # set for every timed process (--rank-profile)
 
 
@@ -338,6 +366,11 @@ def main() -> int:
         help="force CAIRN_RANK_PROFILE (the synthetic stores are plain notes: dialog times the costliest profile)",
     )
     ap.add_argument("--student-layers", type=int, default=None, help="a shallower student (default: all 6 layers)")
+    ap.add_argument(
+        "--learned",
+        action="store_true",
+        help="also the hook with a learned embedder deployed (#27) beside the composite-only hook",
+    )
     ap.add_argument("--name", default="hot_path", help="results file name in --out")
     ap.add_argument("--out", default=str(ROOT / "bench"))
     ap.add_argument(
@@ -417,6 +450,29 @@ def main() -> int:
             health = daemon(home, env_r, "status")
             row["daemon_rss_mb"] = health.get("rss_mb")
             daemon(home, env_r, "stop")
+            if args.learned:  # the learned ranking #27 deploys: the composite over a learned embedder's vectors
+                env_h = {**env_c, "CAIRN_HOOK_SCOPE": "bench"}
+                daemon(home, env_c, "start")
+                timed([CAIRN, "hook", "prompt"], env_h, 2, hook=True)
+                beside = []
+                row["hook_prompt_composite"] = stats(
+                    timed([CAIRN, "hook", "prompt"], env_h, args.runs, hook=True, bare=beside), beside
+                )
+                daemon(home, env_c, "stop")
+                name = deploy_learned_embedder(home)
+                daemon(home, env_c, "start")
+                served = daemon(home, env_c, "status").get("embed_model")
+                if served != name:
+                    raise SystemExit(f"the daemon serves {served}, not the learned embedder {name}")
+                timed(rank_cmd(), env_c, 3)
+                beside = []
+                row["daemon_learned_embedder"] = stats(timed(rank_cmd(), env_c, args.runs, bare=beside), beside)
+                timed([CAIRN, "hook", "prompt"], env_h, 2, hook=True)
+                beside = []
+                row["hook_prompt_learned_embedder"] = stats(
+                    timed([CAIRN, "hook", "prompt"], env_h, args.runs, hook=True, bare=beside), beside
+                )
+                daemon(home, env_c, "stop")
             # daemon down: the in-process lexical fallback
             check_path(home, env_c, "cairn-fallback", "none")
             beside = []
@@ -443,7 +499,8 @@ def write(results: dict, out: Path, args, sizes: list[int]) -> None:
         f"CPU flags: {results['cpu_flags']}",
         f"- command: `python scripts/bench_hot_path.py --sizes {args.sizes} --runs {args.runs}`"
         + (f" --plans '{args.plans}'" if args.plans != ",".join(PLANS) else "")
-        + (f" --student-layers {args.student_layers}" if args.student_layers else ""),
+        + (f" --student-layers {args.student_layers}" if args.student_layers else "")
+        + (" --learned" if args.learned else ""),
         f"- student: the bundled MiniLM + a fresh head, {args.student_layers or 6} transformer layers",
         f"- context: prompt + the last turns of a real transcript ({TRANSCRIPT.name}), k=5, deliveries logged; "
         "the hook rows also draw the A/B arm, print the rules and record hook_state",
@@ -471,6 +528,12 @@ def write(results: dict, out: Path, args, sizes: list[int]) -> None:
             labels += [
                 (f"daemon_rerank_{name}", f"daemon + rerank, {what} [{shape}]"),
                 (f"hook_prompt_{name}", f"`cairn hook prompt`, {what}"),
+            ]
+        if "daemon_learned_embedder" in row:
+            labels += [
+                ("hook_prompt_composite", "`cairn hook prompt`, composite only"),
+                ("daemon_learned_embedder", "daemon, composite over a learned embedder's vectors (#27)"),
+                ("hook_prompt_learned_embedder", "`cairn hook prompt`, composite over a learned embedder's vectors"),
             ]
         for key, label in labels + [("fallback", "daemon down: lexical fallback")]:
             r = row[key]
