@@ -94,7 +94,9 @@ def test_concurrent_prompts_against_a_loading_daemon_start_no_other(home, tmp_pa
     gates.close("load")
     proc = serve(home, **gates.env)
     try:
-        wait_for(lambda: state_is(home, "loading"), "a loading daemon")
+        # "loading" also covers the moment between taking daemon.lock and binding the socket; wait for the
+        # daemon itself to answer that it is loading, which is what the hooks must then hear
+        wait_for(lambda: (st := state_is(home, "loading")) and st["detail"] == "loading models", "a loading daemon")
         _prompts_at_once(home, 8)
         lines = hook_lines(home)
         assert len(lines) == 8
