@@ -163,17 +163,14 @@ def judge(tuned, calibration, reranker, split: Split, opts: TrainOptions, report
     mine, live = gate.rank_forms(
         cases, settings, gate.STORE_FORMS, candidate=(reranker, None, scratch), live=(reranker, None, None)
     )
-    a, b = gate.pooled(list(mine.values())), gate.pooled(list(live.values()))
-    report.ranking_queries = max(r.queries for r in mine.values())
-    report.embedder_r5, report.live_r5 = _round(a.r5), _round(b.r5)
-    report.embedder_ndcg10, report.live_ndcg10 = _round(a.ndcg10), _round(b.ndcg10)
-    report.forms = gate.forms_report(mine, live, mine_name="embedder", live_name="live")
-    both = list(zip(a.per_query, b.per_query))
-    report.queries_better = sum(x[1] > y[1] + 1e-9 for x, y in both)
-    report.queries_worse = sum(x[1] < y[1] - 1e-9 for x, y in both)
+    v = gate.compare(mine, live, opts, mine_name="embedder", live_name="live")
+    report.ranking_queries, report.forms = v.queries, v.forms
+    report.embedder_r5, report.live_r5 = _round(v.mine.r5), _round(v.live.r5)
+    report.embedder_ndcg10, report.live_ndcg10 = _round(v.mine.ndcg10), _round(v.live.ndcg10)
+    report.queries_better, report.queries_worse = v.better, v.worse
     report.deploy_margin, report.recall_tolerance = opts.deploy_margin, opts.recall_tolerance
     report.auto_promote_safe = (report.embedder_agreement or 0.0) >= gate.AUTO_PROMOTE_SAFE
-    passed, report.reason = gate.gate(mine, live, margin=opts.deploy_margin, recall_tolerance=opts.recall_tolerance)
+    passed, report.reason = v.passed, v.reason
     report.outcome = "passed" if passed else "refused"
 
 

@@ -336,16 +336,13 @@ def train(settings: Settings, opts: TrainOptions, split: Split) -> FusionReport:
         candidate=(inc.reranker, lambda p: learned.apply(p, artifact, model)),
         live=(inc.reranker, None),
     )
-    a, b = gate.pooled(list(mine.values())), gate.pooled(list(live.values()))
-    report.ranking_queries = max(r.queries for r in mine.values())
-    report.fusion_r5, report.live_r5 = _round(a.r5), _round(b.r5)
-    report.fusion_ndcg10, report.live_ndcg10 = _round(a.ndcg10), _round(b.ndcg10)
-    report.forms = gate.forms_report(mine, live, mine_name="fusion", live_name="live")
-    both = list(zip(a.per_query, b.per_query))
-    report.queries_better = sum(x[1] > y[1] + 1e-9 for x, y in both)
-    report.queries_worse = sum(x[1] < y[1] - 1e-9 for x, y in both)
+    v = gate.compare(mine, live, opts, mine_name="fusion", live_name="live")
+    report.ranking_queries, report.forms = v.queries, v.forms
+    report.fusion_r5, report.live_r5 = _round(v.mine.r5), _round(v.live.r5)
+    report.fusion_ndcg10, report.live_ndcg10 = _round(v.mine.ndcg10), _round(v.live.ndcg10)
+    report.queries_better, report.queries_worse = v.better, v.worse
     report.deploy_margin, report.recall_tolerance = opts.deploy_margin, opts.recall_tolerance
-    passed, report.reason = gate.gate(mine, live, margin=opts.deploy_margin, recall_tolerance=opts.recall_tolerance)
+    passed, report.reason = v.passed, v.reason
     if passed and opts.deploy:
         deploy_artifact(artifact, settings, report)
     else:

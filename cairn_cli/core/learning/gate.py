@@ -290,6 +290,37 @@ def forms_report(mine: dict[str, Ranking], live: dict[str, Ranking], *, mine_nam
     }
 
 
+@dataclass
+class Verdict:
+    """A candidate against the live ranking on the same held-out queries, pooled over the forms, and the gate's
+    answer: what every learner's judge reports (student, fusion, embedder)."""
+
+    mine: Ranking
+    live: Ranking
+    queries: int
+    forms: dict
+    better: int  # held-out (query, form) rankings whose nDCG@10 the candidate raises / lowers
+    worse: int
+    passed: bool
+    reason: str
+
+
+def compare(mine: dict[str, Ranking], live: dict[str, Ranking], opts, *, mine_name: str, live_name: str) -> Verdict:
+    a, b = pooled(list(mine.values())), pooled(list(live.values()))
+    pairs = list(zip(a.per_query, b.per_query))
+    passed, reason = gate(mine, live, margin=opts.deploy_margin, recall_tolerance=opts.recall_tolerance)
+    return Verdict(
+        mine=a,
+        live=b,
+        queries=max(r.queries for r in mine.values()),
+        forms=forms_report(mine, live, mine_name=mine_name, live_name=live_name),
+        better=sum(x[1] > y[1] + 1e-9 for x, y in pairs),
+        worse=sum(x[1] < y[1] - 1e-9 for x, y in pairs),
+        passed=passed,
+        reason=reason,
+    )
+
+
 def judge(model, inc: Incumbent, split: Split, opts: TrainOptions, report: TrainReport, settings: Settings) -> bool:
     """Student and incumbent on the SAME held-out queries. Pairwise agreement is reported; the gate is the ranking
     users get: each held-out query ranked by the production pipeline with the student blended in vs the live one,
@@ -304,18 +335,15 @@ def judge(model, inc: Incumbent, split: Split, opts: TrainOptions, report: Train
     student = StudentReranker(model, settings.CROSS_ENCODER_STUDENT_FLOOR)
     forms = (QUERY,) if opts.data is not None else STORE_FORMS
     mine, live = rank_forms(cases, settings, forms, candidate=(student, None), live=(inc.reranker, None))
-    overall_mine, overall_live = pooled(list(mine.values())), pooled(list(live.values()))
-    report.ranking_queries = max(r.queries for r in mine.values())
-    report.student_r5, report.incumbent_r5 = _round(overall_mine.r5), _round(overall_live.r5)
-    report.student_ndcg10, report.incumbent_ndcg10 = _round(overall_mine.ndcg10), _round(overall_live.ndcg10)
-    report.forms = forms_report(mine, live, mine_name="student", live_name="incumbent")
-    pairs = list(zip(overall_mine.per_query, overall_live.per_query))
-    report.queries_better = sum(a[1] > b[1] + 1e-9 for a, b in pairs)
-    report.queries_worse = sum(a[1] < b[1] - 1e-9 for a, b in pairs)
+    v = compare(mine, live, opts, mine_name="student", live_name="incumbent")
+    report.ranking_queries, report.forms = v.queries, v.forms
+    report.student_r5, report.incumbent_r5 = _round(v.mine.r5), _round(v.live.r5)
+    report.student_ndcg10, report.incumbent_ndcg10 = _round(v.mine.ndcg10), _round(v.live.ndcg10)
+    report.queries_better, report.queries_worse = v.better, v.worse
     report.deploy_margin, report.recall_tolerance = opts.deploy_margin, opts.recall_tolerance
     report.auto_promote_safe = report.student_agreement >= AUTO_PROMOTE_SAFE
-    passed, report.reason = gate(mine, live, margin=opts.deploy_margin, recall_tolerance=opts.recall_tolerance)
-    return passed
+    report.reason = v.reason
+    return v.passed
 
 
 def _round(value: float) -> float | None:
