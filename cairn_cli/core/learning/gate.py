@@ -305,7 +305,9 @@ class Verdict:
     reason: str
 
 
-def compare(mine: dict[str, Ranking], live: dict[str, Ranking], opts, *, mine_name: str, live_name: str) -> Verdict:
+def compare(
+    mine: dict[str, Ranking], live: dict[str, Ranking], opts: TrainOptions, *, mine_name: str, live_name: str
+) -> Verdict:
     a, b = pooled(list(mine.values())), pooled(list(live.values()))
     pairs = list(zip(a.per_query, b.per_query))
     passed, reason = gate(mine, live, margin=opts.deploy_margin, recall_tolerance=opts.recall_tolerance)
