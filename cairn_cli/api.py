@@ -14,6 +14,7 @@ Ranking here loads the models in this process (the daemon serves the hooks, not 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -84,8 +85,10 @@ class Store:
         model in this process; `notes` receives what the dedup could not do."""
         from cairn_cli.core.store import dedup, memories
 
-        checked = [
-            e if isinstance(e, memories.MemoryInput) else memories.validate_entry(e, default_source_ref=source_ref)
+        checked = [  # a MemoryInput is validated again (as it is): its text is scrubbed as every entrance's is
+            memories.validate_entry(dataclasses.asdict(e))
+            if isinstance(e, memories.MemoryInput)
+            else memories.validate_entry(e, default_source_ref=source_ref)
             for e in entries
         ]
         return dedup.add_memories(checked, self.settings, embed=embed, notes=notes)

@@ -441,7 +441,7 @@ def test_command_stderr_in_an_error_is_redacted(tmp_path, sleeps):
     with pytest.raises(BackendError) as caught:
         make_backend("command", cmd=leaky, retries=0, sleep=sleeps).complete("q", model="m", max_tokens=8)
     assert ANTHROPIC_KEY not in caught.value.one_line()
-    assert "[REDACTED:anthropic_key]" in caught.value.one_line()
+    assert "[redacted:anthropic-key]" in caught.value.one_line()
 
 
 HANG = """\

@@ -12,6 +12,7 @@ import re
 
 from cairn_cli.core.hooks.request import PromptRequest
 from cairn_cli.core.ids import GLOBAL_SCOPE, clean_text, session_key
+from cairn_cli.core.privacy.redact import scrub_optional
 from cairn_cli.errors import InvalidInput
 
 PROMPT_EVENT, STOP_EVENT = "UserPromptSubmit", "Stop"
@@ -75,8 +76,13 @@ def parse_payload(raw: bytes | str, event: str) -> HookPayload:
         bool(data.get("stop_hook_active")),
         **{name: _str(data, name) for name in HookPayload.FIELDS},
     )
+    # the one redaction step, before the text is ranked, sent to the daemon, logged or stored (docs/privacy.md)
+    payload.prompt = scrub_optional(payload.prompt)
+    payload.last_assistant_message = scrub_optional(payload.last_assistant_message)
     if event == PROMPT_EVENT and (payload.prompt is None or not payload.prompt.strip()):
-        raise InvalidInput("the UserPromptSubmit payload has no prompt", "check the hook's stdin JSON")
+        raise InvalidInput(
+            "the UserPromptSubmit payload has no prompt (or only a <private> span)", "check the hook's stdin JSON"
+        )
     return payload
 
 

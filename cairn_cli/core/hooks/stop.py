@@ -53,11 +53,13 @@ def response_text(payload: HookPayload, wait_ms: int, max_bytes: int) -> tuple[s
     deadline = time.monotonic() + wait_ms / 1000.0
     while True:
         try:
-            text = read_transcript(path, max_bytes=max_bytes).last_response()
+            text = read_transcript(path, max_bytes=max_bytes, raw=True).last_response()
         except OSError as exc:
             return None, f"the transcript cannot be read: {exc}"
         if text is not None:
-            return text, "transcript"
+            from cairn_cli.core.privacy.redact import scrub
+
+            return scrub(text), "transcript"  # only the response is kept: only it is scrubbed
         if time.monotonic() >= deadline:
             return None, None
         time.sleep(0.05)

@@ -139,9 +139,14 @@ def parse_cm(text: str, *, source_ref: str | None = None, session_id: str | None
             entry = {k: v for k, v in entry.items() if k in ("content", "keywords", "scope", "kind", "source_ref")}
             entry.setdefault("session_id", session_id)
         try:
+            from cairn_cli.core.privacy.redact import holds_placeholder
             from cairn_cli.core.store.memories import validate_entry  # the write path's, not the hook's
 
-            out.memories.append(validate_entry(entry, default_source_ref=source_ref))
+            memory = validate_entry(entry, default_source_ref=source_ref)
+            if holds_placeholder(memory.content):  # the response was scrubbed: the agent wrote down a credential
+                out.problems.append(f"m[{i}]: holds a redacted credential; not stored (a memory never keeps one)")
+                continue
+            out.memories.append(memory)
         except InvalidInput as exc:
             out.problems.append(f"m[{i}]: {exc.message}")
     grades = data.get("rg", [])

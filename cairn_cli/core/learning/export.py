@@ -170,12 +170,19 @@ def engagement_rows(
 
 
 def write_jsonl(rows: list[LabelRow], path: Path) -> None:
-    """The label rows as JSONL, written atomically and private (they hold prompts and memories)."""
+    """The label rows as JSONL, written atomically and private (they hold prompts and memories), scrubbed: a
+    window or memory stored by a version before redaction leaves no secret in the file."""
+    from cairn_cli.core.privacy.redact import scrub
+
     private_dir(path.parent)
     atomic_write(
         path,
         "".join(
-            json.dumps({k: v for k, v in asdict(r).items() if k in SILVER_FIELDS}, ensure_ascii=False) + "\n"
+            json.dumps(
+                {k: scrub(v) if k in ("query", "memory") else v for k, v in asdict(r).items() if k in SILVER_FIELDS},
+                ensure_ascii=False,
+            )
+            + "\n"
             for r in rows
         ),
     )

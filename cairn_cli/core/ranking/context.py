@@ -4,7 +4,8 @@ The window is the current prompt followed by the last CONTEXT_MAX_TURNS earlier 
 first ("user: ..." / "assistant: ..."), so that models that truncate long inputs keep the prompt. Tool output,
 thinking, system reminders, slash-command chatter, IDE wrappers, and cairn's own injected block and [cm]
 answers are dropped (cairn must never rank on its own output). Whitespace is folded; the whole is bounded by
-CONTEXT_MAX_CHARS. Its key is the first 16 hex digits of its SHA-256: the same window, the same key.
+CONTEXT_MAX_CHARS. Secrets are redacted and `<private>` spans removed (core/privacy/redact.py) from the prompt and
+from each earlier turn the window keeps, before it is cut to fit: the window is what is ranked and logged. Its key is the first 16 hex digits of its SHA-256: the same window, the same key.
 `earlier` keeps the earlier pieces apart, (role, text) newest first, as the window holds them: the ranking reads the
 prompt as the query and the earlier turns as context that can only add to it (core/ranking/query.py).
 Stdlib only (hot path).
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cairn_cli.core.labels.cm import strip_block
+from cairn_cli.core.privacy.redact import scrub
 from cairn_cli.core.text import context_key
 from cairn_cli.errors import InvalidInput, NotFound
 
@@ -48,11 +50,12 @@ def clean(text: str) -> str:
 
 
 def _earlier_turns(transcript_path: Path, prompt: str, max_bytes: int) -> list[tuple[str, str]]:
-    """(role, cleaned text) of the main chain, oldest first, the current prompt excluded."""
+    """(role, cleaned text) of the main chain, oldest first, the current prompt excluded; the texts are not yet
+    scrubbed (the window scrubs the few it keeps: scrubbing a whole transcript would cost the hook)."""
     from cairn_cli.core.transcript import read_transcript
 
     try:
-        transcript = read_transcript(transcript_path, max_bytes=max_bytes)
+        transcript = read_transcript(transcript_path, max_bytes=max_bytes, raw=True)
     except FileNotFoundError:
         raise NotFound(f"transcript {transcript_path} does not exist", "pass a valid --transcript or omit it") from None
     except (PermissionError, IsADirectoryError, OSError) as exc:
@@ -60,13 +63,13 @@ def _earlier_turns(transcript_path: Path, prompt: str, max_bytes: int) -> list[t
     pieces: list[tuple[str, str]] = []
     for turn in transcript.turns():
         if turn.prompt.kind == "prompt":
-            pieces.append(("user", clean(turn.prompt.text)))
+            pieces.append(("user", turn.prompt.text))
         for response in turn.responses:
             if response.is_sidechain:
                 continue
-            pieces.append(("assistant", clean(response.text)))
-    pieces = [(role, text) for role, text in pieces if text]
-    if pieces and pieces[-1] == ("user", prompt):
+            pieces.append(("assistant", response.text))
+    pieces = [(role, text) for role, text in pieces if clean(text)]
+    if pieces and pieces[-1][0] == "user" and clean(scrub(pieces[-1][1])) == prompt:
         pieces.pop()  # the hook may fire after the prompt was written to the transcript
     return pieces
 
@@ -80,9 +83,9 @@ def build_context_window(
     max_bytes: int = 4_000_000,
 ) -> ContextWindow:
     """The cleaned, bounded window for `prompt` plus the session's last turns. Empty prompt is an error."""
-    if prompt is None or not clean(prompt):
+    cleaned_prompt = clean(scrub(prompt or ""))[:max_chars]
+    if not cleaned_prompt:
         raise InvalidInput("the prompt is empty", "pass the prompt as an argument or on stdin")
-    cleaned_prompt = clean(prompt)[:max_chars]
     parts = [cleaned_prompt]
     pieces: list[tuple[str, str]] = []
     used = 0
@@ -95,6 +98,9 @@ def build_context_window(
         for role, text in reversed(earlier):
             if budget <= 8 or users_seen >= max_turns:
                 break
+            text = clean(scrub(text))
+            if not text:
+                continue
             piece = f"{role}: {text}"[: budget - 1]
             parts.append(piece)
             pieces.append((role, piece[len(role) + 2 :]))

@@ -190,11 +190,10 @@ class Caller:
         }
 
     def call(self, role: str, model: str, prompt: str) -> str:
+        from cairn_cli.core.privacy.redact import redact, scrub
         from cairn_cli.db.tables import ReplayCall
 
         if self.cfg.redact:
-            from cairn_cli.core.replay.redact import redact
-
             prompt, found = redact(prompt)
         else:
             found = {}
@@ -219,7 +218,7 @@ class Caller:
                 backend=self.cfg.backend,
                 model=model,
                 role=role,
-                answer=answer.text,
+                answer=scrub(answer.text),  # what the model wrote is kept redacted, as everything cairn stores
                 input_tokens=answer.input_tokens,
                 output_tokens=answer.output_tokens,
                 run_id=self.run_id,
@@ -232,7 +231,7 @@ class Caller:
             sent["input_tokens"] += answer.input_tokens
             sent["output_tokens"] += answer.output_tokens
             sent["chars"] += len(prompt)
-        return answer.text
+        return scrub(answer.text)
 
     def _reserve(self, role: str, model: str, prompt: str) -> None:
         """Claim one call under the caps (the lock held): a call that would pass one is never made."""

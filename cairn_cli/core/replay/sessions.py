@@ -50,16 +50,19 @@ def discover(spec: str | None, *, since: dt.datetime | None = None, limit: int |
 
 
 def load(path: Path) -> ReplaySession:
-    """The session's main-agent turns (see docs/learning.md)."""
+    """The session's main-agent turns (see docs/learning.md): `<private>` spans removed; secrets are redacted (and
+    counted) by the Caller, as each prompt leaves (`--no-redact` sends them as they are)."""
     from cairn_cli.core.labels.cm import strip_block
+    from cairn_cli.core.privacy.redact import strip_private
     from cairn_cli.core.ranking.context import clean
     from cairn_cli.core.transcript import read_transcript
 
-    transcript = read_transcript(path)
+    transcript = read_transcript(path, raw=True)
     turns = []
     for i, turn in enumerate(t for t in transcript.turns() if t.source == "prompt"):
-        prompt = clean(turn.prompt.text)[:PROMPT_CHARS]
-        response = strip_block("\n".join(m.text for m in turn.responses if m.text)).strip()[:RESPONSE_CHARS]
+        prompt = clean(strip_private(turn.prompt.text))[:PROMPT_CHARS]
+        response = strip_block(strip_private("\n".join(m.text for m in turn.responses if m.text))).strip()
+        response = response[:RESPONSE_CHARS]
         if prompt and response:
             turns.append(ReplayTurn(i, prompt, response))
     modified = dt.datetime.fromtimestamp(path.stat().st_mtime, dt.UTC).replace(tzinfo=None)

@@ -234,7 +234,12 @@ def parse_external(payload: object, *, default_layer: str = "external") -> list[
         value = payload.get(name)
         if value is not None and (not isinstance(value, str) or len(value) > longest):
             raise InvalidInput(f"{name} must be a string of at most {longest} characters", "fix the record")
-    key = payload.get("context_key") or context_key(payload["context_window"])
+    from cairn_cli.core.privacy.redact import scrub
+
+    window = scrub(payload["context_window"])  # logged as every window is: secrets redacted, <private> spans out
+    if not window.strip():
+        raise InvalidInput("context_window is only a <private> span", "send the window the ranker ranked")
+    key = payload.get("context_key") or context_key(window)
     rows, seen = [], set()
     for i, mem in enumerate(payload["memories"]):
         where = f"memories[{i}]."
@@ -262,7 +267,7 @@ def parse_external(payload: object, *, default_layer: str = "external") -> list[
                 session_id=session_key(payload["session_id"]),
                 turn=payload["turn"],
                 memory_id=mem["id"],
-                context_window=payload["context_window"],
+                context_window=window,
                 context_key=key,
                 rank=mem["rank"],
                 final_score=float(mem["score"]),

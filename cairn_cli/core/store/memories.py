@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from cairn_cli.clock import utcnow
 from cairn_cli.config import Settings
 from cairn_cli.core.ids import GLOBAL_SCOPE
+from cairn_cli.core.privacy.redact import assess, holds_placeholder, mostly_secret, scrub
 from cairn_cli.core.store import search_index
 from cairn_cli.core.text import clean_keywords
 from cairn_cli.errors import InvalidInput, NotFound
@@ -76,14 +77,36 @@ def validate_entry(raw: object, *, default_source_ref: str | None = None) -> Mem
     for name, value in [*texts, *(("keywords", k) for k in ([keywords] if isinstance(keywords, str) else keywords))]:
         if value is not None and not _is_utf8(value):  # a lone surrogate ("\ud800" in JSON) cannot be stored
             raise InvalidInput(f"{name} is not valid UTF-8 text (a lone surrogate)", "write the text as UTF-8")
+    content = _scrubbed_content(content)
+    if isinstance(keywords, str):
+        keywords = [keywords]
     return MemoryInput(
-        content=content.strip(),
-        keywords=clean_keywords(keywords),
+        content=content,
+        keywords=clean_keywords([k for k in (scrub(k) for k in keywords) if not holds_placeholder(k)]),
         scope=scope.strip(),
         kind=kind,
         source_ref=source_ref,
         session_id=raw.get("session_id"),
     )
+
+
+class MostlySecret(InvalidInput):
+    """A memory whose text is mostly a credential: refused, never stored (docs/privacy.md)."""
+
+
+def _scrubbed_content(content: str) -> str:
+    """The memory's text as stored: `<private>` spans out, secrets redacted; refused when it is mostly secret."""
+    found = assess(content)
+    text = found.text.strip()
+    if not text:
+        raise InvalidInput("content is only a <private> span", "write what the memory should say outside <private>")
+    if mostly_secret(found, content):
+        kinds = ", ".join(sorted(found.counts)) or "redacted"
+        raise MostlySecret(
+            f"the memory is mostly a secret ({kinds}) and was not stored",
+            "keep credentials in a secret manager; a memory may say where one lives, not what it is",
+        )
+    return text
 
 
 def _is_utf8(text: str) -> bool:

@@ -1,10 +1,10 @@
-"""Secrets are replaced by `[REDACTED:<kind>]` and counted; prose that merely mentions them is left alone."""
+"""Secrets are replaced by `[redacted:<kind>]` and counted; prose that merely mentions them is left alone."""
 
 from __future__ import annotations
 
 import pytest
 
-from cairn_cli.core.replay.redact import names_secret, redact
+from cairn_cli.core.privacy.redact import names_secret, redact
 
 # all fake: shaped like the real thing, never issued
 ANT = "sk-ant-api03-" + "Ab3_" * 20 + "xyzAA"
@@ -23,80 +23,80 @@ VTLw7onLRnrq0/IzW7yWR7QkrmBL7jTKEn5u+qKhbwKfBstIs+bMY2Zkp18gnTxK
 @pytest.mark.parametrize(
     ("text", "expected", "kind"),
     [
-        (f"key {ANT} here", "key [REDACTED:anthropic_key] here", "anthropic_key"),
-        (f"key {OAI_LEGACY}.", "key [REDACTED:openai_key].", "openai_key"),
-        (f"({OAI_PROJ})", "([REDACTED:openai_key])", "openai_key"),
-        (f"id {AWS_ID} ok", "id [REDACTED:aws_access_key_id] ok", "aws_access_key_id"),
+        (f"key {ANT} here", "key [redacted:anthropic-key] here", "anthropic-key"),
+        (f"key {OAI_LEGACY}.", "key [redacted:openai-key].", "openai-key"),
+        (f"({OAI_PROJ})", "([redacted:openai-key])", "openai-key"),
+        (f"id {AWS_ID} ok", "id [redacted:aws-key] ok", "aws-key"),
         (
             f"aws_secret_access_key = {AWS_SECRET}",
-            "aws_secret_access_key = [REDACTED:aws_secret_access_key]",
-            "aws_secret_access_key",
+            "aws_secret_access_key = [redacted:aws-secret]",
+            "aws-secret",
         ),
         (
             f"AWS_SECRET_ACCESS_KEY={AWS_SECRET}",
-            "AWS_SECRET_ACCESS_KEY=[REDACTED:aws_secret_access_key]",
-            "aws_secret_access_key",
+            "AWS_SECRET_ACCESS_KEY=[redacted:aws-secret]",
+            "aws-secret",
         ),
-        ("ghp_" + "A1b2" * 9, "[REDACTED:github_token]", "github_token"),
-        ("gho_" + "A1b2" * 9, "[REDACTED:github_token]", "github_token"),
-        ("ghu_" + "A1b2" * 9, "[REDACTED:github_token]", "github_token"),
-        ("ghs_" + "A1b2" * 9, "[REDACTED:github_token]", "github_token"),
-        ("ghr_" + "A1b2" * 9, "[REDACTED:github_token]", "github_token"),
-        ("github_pat_11ABCDEFG0" + "x1Y2" * 15, "[REDACTED:github_token]", "github_token"),
-        ("slack xoxb-1234567890-0987654321-AbCdEfGh", "slack [REDACTED:slack_token]", "slack_token"),
-        ("xoxp-1234567890-abcdef", "[REDACTED:slack_token]", "slack_token"),
-        (f"maps {GOOGLE} end", "maps [REDACTED:google_api_key] end", "google_api_key"),
-        (f"session={JWT}", "session=[REDACTED:jwt]", "jwt"),
+        ("ghp_" + "A1b2" * 9, "[redacted:github-token]", "github-token"),
+        ("gho_" + "A1b2" * 9, "[redacted:github-token]", "github-token"),
+        ("ghu_" + "A1b2" * 9, "[redacted:github-token]", "github-token"),
+        ("ghs_" + "A1b2" * 9, "[redacted:github-token]", "github-token"),
+        ("ghr_" + "A1b2" * 9, "[redacted:github-token]", "github-token"),
+        ("github_pat_11ABCDEFG0" + "x1Y2" * 15, "[redacted:github-token]", "github-token"),
+        ("slack xoxb-1234567890-0987654321-AbCdEfGh", "slack [redacted:slack-token]", "slack-token"),
+        ("xoxp-1234567890-abcdef", "[redacted:slack-token]", "slack-token"),
+        (f"maps {GOOGLE} end", "maps [redacted:gcp-key] end", "gcp-key"),
+        (f"session={JWT}", "session=[redacted:jwt]", "jwt"),
         (
             "Authorization: Bearer abc123.def_456-ghi",
-            "Authorization: Bearer [REDACTED:authorization]",
+            "Authorization: Bearer [redacted:authorization]",
             "authorization",
         ),
         (
             'curl -H "authorization: bearer tok_live_123" https://x',
-            'curl -H "authorization: bearer [REDACTED:authorization]" https://x',
+            'curl -H "authorization: bearer [redacted:authorization]" https://x',
             "authorization",
         ),
         (
             '{"Authorization": "Bearer opaque-token-42"}',
-            '{"Authorization": "Bearer [REDACTED:authorization]"}',
+            '{"Authorization": "Bearer [redacted:authorization]"}',
             "authorization",
         ),
         (
             "postgres://alice:s3cr3t!pw@db.internal:5432/app",
-            "postgres://alice:[REDACTED:url_password]@db.internal:5432/app",
-            "url_password",
+            "postgres://alice:[redacted:url-password]@db.internal:5432/app",
+            "url-password",
         ),
         (
             "git clone https://bob:hunter2@git.example.com/repo.git",
-            "git clone https://bob:[REDACTED:url_password]@git.example.com/repo.git",
-            "url_password",
+            "git clone https://bob:[redacted:url-password]@git.example.com/repo.git",
+            "url-password",
         ),
-        ("DB_PASSWORD=hunter2", "DB_PASSWORD=[REDACTED:secret_assignment]", "secret_assignment"),
-        ("password: correct horse", "password: [REDACTED:secret_assignment] horse", "secret_assignment"),
-        ("passwd = 'p@ss w0rd'", "passwd = '[REDACTED:secret_assignment]'", "secret_assignment"),
-        ("pwd=letmein", "pwd=[REDACTED:secret_assignment]", "secret_assignment"),
-        ('secret: "shh"', 'secret: "[REDACTED:secret_assignment]"', "secret_assignment"),
-        ("GITHUB_TOKEN=abc123", "GITHUB_TOKEN=[REDACTED:secret_assignment]", "secret_assignment"),
-        ('{"api_key": "abc123"}', '{"api_key": "[REDACTED:secret_assignment]"}', "secret_assignment"),
-        ("APIKEY=abc123", "APIKEY=[REDACTED:secret_assignment]", "secret_assignment"),
-        ("access_key: AbC123", "access_key: [REDACTED:secret_assignment]", "secret_assignment"),
-        ('"client_secret":"q1w2e3"', '"client_secret":"[REDACTED:secret_assignment]"', "secret_assignment"),
-        ("private_key = 0xdeadbeef", "private_key = [REDACTED:secret_assignment]", "secret_assignment"),
-        ("accessToken: ya29.a0AfH6SMBx", "accessToken: [REDACTED:secret_assignment]", "secret_assignment"),
-        ("x-api-key: abcd1234", "x-api-key: [REDACTED:secret_assignment]", "secret_assignment"),
-        ('Token := "t0k"', 'Token := "[REDACTED:secret_assignment]"', "secret_assignment"),
+        ("DB_PASSWORD=hunter2", "DB_PASSWORD=[redacted:secret]", "secret"),
+        ("password: correct horse", "password: [redacted:secret] horse", "secret"),
+        ("passwd = 'p@ss w0rd'", "passwd = '[redacted:secret]'", "secret"),
+        ("pwd=letmein", "pwd=[redacted:secret]", "secret"),
+        ('secret: "shh"', 'secret: "[redacted:secret]"', "secret"),
+        ("GITHUB_TOKEN=abc123", "GITHUB_TOKEN=[redacted:secret]", "secret"),
+        ('{"api_key": "abc123"}', '{"api_key": "[redacted:secret]"}', "secret"),
+        ("APIKEY=abc123", "APIKEY=[redacted:secret]", "secret"),
+        ("access_key: AbC123", "access_key: [redacted:secret]", "secret"),
+        ('"client_secret":"q1w2e3"', '"client_secret":"[redacted:secret]"', "secret"),
+        ("private_key = 0xdeadbeef", "private_key = [redacted:secret]", "secret"),
+        ("accessToken: ya29.a0AfH6SMBx", "accessToken: [redacted:secret]", "secret"),
+        ("x-api-key: abcd1234", "x-api-key: [redacted:secret]", "secret"),
+        ('Token := "t0k"', 'Token := "[redacted:secret]"', "secret"),
         (
             "GET /cb?access_token=abc123&state=9",
-            "GET /cb?access_token=[REDACTED:secret_assignment]&state=9",
-            "secret_assignment",
+            "GET /cb?access_token=[redacted:secret]&state=9",
+            "secret",
         ),
         (
             '{\\"password\\": \\"hunter2\\"}',  # JSON escaped inside a JSON string
-            '{\\"password\\": \\"[REDACTED:secret_assignment]\\"}',
-            "secret_assignment",
+            '{\\"password\\": \\"[redacted:secret]\\"}',
+            "secret",
         ),
-        ('"secret": "a\\"b c"', '"secret": "[REDACTED:secret_assignment]"', "secret_assignment"),
+        ('"secret": "a\\"b c"', '"secret": "[redacted:secret]"', "secret"),
     ],
 )
 def test_each_pattern_redacts_and_counts(text, expected, kind):
@@ -141,23 +141,23 @@ def test_prose_and_code_that_only_mention_secrets_are_left_alone(text):
 
 def test_private_key_block_spanning_lines():
     text = f"before\n{PEM}\nafter"
-    assert redact(text) == ("before\n[REDACTED:private_key]\nafter", {"private_key": 1})
+    assert redact(text) == ("before\n[redacted:private-key]\nafter", {"private-key": 1})
 
 
 @pytest.mark.parametrize("label", ["PRIVATE KEY", "EC PRIVATE KEY", "OPENSSH PRIVATE KEY", "ENCRYPTED PRIVATE KEY"])
 def test_private_key_labels(label):
     block = f"-----BEGIN {label}-----\nAAAAB3NzaC1yc2EAAAADAQABAAABAQ\n-----END {label}-----"
-    assert redact(f"x {block} y") == ("x [REDACTED:private_key] y", {"private_key": 1})
+    assert redact(f"x {block} y") == ("x [redacted:private-key] y", {"private-key": 1})
 
 
 def test_private_key_cut_short_is_redacted_over_its_base64_lines():
     text = "-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\nMIIEowIBAAKCAQEAu1SU1Lf\nVTLw7onLRnrq0/IzW7==\n\nthe rest is prose."
-    assert redact(text) == ("[REDACTED:private_key]\n\nthe rest is prose.", {"private_key": 1})
+    assert redact(text) == ("[redacted:private-key]\n\nthe rest is prose.", {"private-key": 1})
 
 
 def test_private_key_in_escaped_json():
     text = '{"file": "' + PEM.replace("\n", "\\n") + '\\nmore"}'
-    assert redact(text) == ('{"file": "[REDACTED:private_key]\\nmore"}', {"private_key": 1})
+    assert redact(text) == ('{"file": "[redacted:private-key]\\nmore"}', {"private-key": 1})
 
 
 def test_counts_per_kind_over_a_mixed_text():
@@ -176,20 +176,20 @@ def test_counts_per_kind_over_a_mixed_text():
     )
     redacted, counts = redact(text)
     assert counts == {
-        "private_key": 1,
-        "anthropic_key": 1,
-        "openai_key": 2,
-        "aws_access_key_id": 2,
+        "private-key": 1,
+        "anthropic-key": 1,
+        "openai-key": 2,
+        "aws-key": 2,
         "jwt": 1,
-        "url_password": 1,
-        "secret_assignment": 3,
+        "url-password": 1,
+        "secret": 3,
     }
     for secret in (ANT, OAI_PROJ, OAI_LEGACY, AWS_ID, JWT, "hunter2", "t1", "k2", "MIIEowIBAAKCAQEA", "pw123"):
         assert secret not in redacted
     assert '"max_tokens": 5' in redacted
-    assert "ANTHROPIC_API_KEY=[REDACTED:anthropic_key]" in redacted
-    assert "Authorization: Bearer [REDACTED:jwt]" in redacted
-    assert "redis://default:[REDACTED:url_password]@cache:6379" in redacted
+    assert "ANTHROPIC_API_KEY=[redacted:anthropic-key]" in redacted
+    assert "Authorization: Bearer [redacted:jwt]" in redacted
+    assert "redis://default:[redacted:url-password]@cache:6379" in redacted
 
 
 def test_redacting_twice_changes_nothing():
@@ -204,7 +204,7 @@ def test_redacting_twice_changes_nothing():
         ("password", True),
         ("DB_PASSWORD", True),
         ("clientSecret", True),
-        ("aws_secret_access_key", True),
+        ("aws-secret", True),
         ("x-api-key", True),
         ("SECRET_KEY", True),
         ("max_tokens", False),
