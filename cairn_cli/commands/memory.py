@@ -212,3 +212,54 @@ def embed(json: Json = False) -> None:
         if swapped:
             output.message(swapped)
         output.text_out(f"embedded {n} memories")
+
+
+def export(
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Write to this file (created 0600); default: stdout.")
+    ] = None,
+    scope: Annotated[str | None, typer.Option(help="Only this scope.")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Include superseded memories.")] = False,
+) -> None:
+    """Write the store as the JSONL `cairn memory import` reads (the round-trip keeps everything a user wrote).
+
+    Example: cairn memory export --out memories.jsonl
+    """
+    import json as json_lib
+
+    from cairn_cli.core.store import editing
+
+    opened = opened_settings(read_only=True)
+    del opened  # the stores are bound; the entries are read from them
+    lines = (
+        json_lib.dumps(e, ensure_ascii=False) + "\n"
+        for e in editing.export_entries(scope=scope, include_superseded=all_)
+    )
+    if out is None:
+        for line in lines:
+            output.text_out(line.rstrip("\n"))
+        return
+    from cairn_cli.files import atomic_write
+
+    text = "".join(lines)
+    atomic_write(out, text, mode=0o600)
+    output.message(f"exported {text.count(chr(10))} memories to {out}")
+
+
+def edit(
+    memory_id: Annotated[int, typer.Argument(help="Memory id.")],
+    content: Annotated[str | None, typer.Option("--content", help="The memory's new text.")] = None,
+    keywords: Annotated[str | None, typer.Option("--keywords", "-k", help="Its new comma-separated keywords.")] = None,
+    json: Json = False,
+) -> None:
+    """Change one memory's text or keywords: re-embedded and re-indexed; the old text is kept as a merge record
+    (`cairn memory show ID`) unless `cairn forget` removes it.
+
+    Example: cairn memory edit 12 --content "Run the tests with make test-fast" --keywords make,tests
+    """
+    from cairn_cli.core.store import editing
+    from cairn_cli.daemon.dispatch import embed_daemon_first
+
+    kws = None if keywords is None else [k for k in keywords.split(",") if k.strip()]
+    view = editing.edit(memory_id, opened_settings(), content=content, keywords=kws, embed=embed_daemon_first)
+    output.json_out(view) if json else output.text_out(f"edited memory {view.id}: {view.content}")
