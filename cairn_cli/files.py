@@ -52,7 +52,7 @@ def append_line(
     is left for the next one to be glued to, and OSError is raised (a log's caller decides whether that matters).
     `max_bytes` > 0: once the file has grown past it, it is rotated (`rotate`: `keep` old generations).
     `make_dirs` False: a missing directory is FileNotFoundError, never created (an orphaned daemon's deleted home)."""
-    from cairn_cli.core.privacy.redact import scrub
+    from cairn_cli.core.redact import scrub
 
     path = os.fspath(path)
     line = scrub(line)  # a log keeps no secret: an error may quote a prompt (docs/privacy.md)

@@ -13,13 +13,13 @@ from tests.conftest import ROOT
 PKG = ROOT / "cairn_cli"
 # core's stages, lowest first: a stage imports only from the stages before it (and from itself)
 CORE_ORDER = [
-    {"ids", "text", "metrics", "transcript", "job_locks", "plotting", "prefilter"},
+    {"ids", "text", "metrics", "transcript", "job_locks", "plotting", "prefilter", "redact"},
     {"store"},
     {"experiment"},
     {"labels"},
     {"ranking"},
     {"learning"},
-    {"hooks", "stats", "replay", "settings_report", "doctor"},
+    {"hooks", "stats", "replay", "settings_report", "doctor", "privacy"},
 ]
 
 

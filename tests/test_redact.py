@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cairn_cli.core.privacy.redact import names_secret, redact
+from cairn_cli.core.redact import names_secret, redact
 
 # all fake: shaped like the real thing, never issued
 ANT = "sk-ant-api03-" + "Ab3_" * 20 + "xyzAA"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cairn_cli.core.privacy.redact import redact
+from cairn_cli.core.redact import redact
 
 CORPUS = Path(__file__).parent / "data" / "secrets_corpus.jsonl"
 KINDS = {

@@ -104,7 +104,7 @@ class NotARegularFile(OSError):
 
 def read_transcript(path: str | os.PathLike[str], *, max_bytes: int | None = None, raw: bool = False) -> Transcript:
     """Parse a transcript; with `max_bytes`, only its last `max_bytes` bytes (the first partial line dropped).
-    Every message's text is scrubbed (secrets redacted, `<private>` spans removed: core/privacy/redact.py) unless
+    Every message's text is scrubbed (secrets redacted, `<private>` spans removed: core/redact.py) unless
     `raw`: then the caller scrubs what it keeps (the prompt hook's context window keeps a few turns of many).
 
     Only a regular file is read, and never by blocking: it is opened non-blocking and checked first, so a FIFO or
@@ -166,7 +166,7 @@ def read_transcript(path: str | os.PathLike[str], *, max_bytes: int | None = Non
     for index, texts in replies.values():
         transcript.messages[index] = dataclasses.replace(transcript.messages[index], text="\n".join(texts))
     if not raw:
-        from cairn_cli.core.privacy.redact import scrub
+        from cairn_cli.core.redact import scrub
 
         transcript.messages = [dataclasses.replace(m, text=scrub(m.text)) if m.text else m for m in transcript.messages]
     return transcript

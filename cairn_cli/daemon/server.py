@@ -592,7 +592,7 @@ def serve(home: Path, settings: Settings) -> int:
     """Run the daemon in the foreground until SIGTERM (or it is orphaned, or idle). Returns the exit code."""
     if not singleton.hold(home):  # entry.py took it already when this process is `cairn daemon serve`
         raise AlreadyRunning("a cairn daemon is already running for this CAIRN_HOME", "see `cairn daemon status`")
-    from cairn_cli.core.privacy.redact import ScrubbingStream
+    from cairn_cli.core.redact import ScrubbingStream
 
     sys.stderr = ScrubbingStream(sys.stderr)  # daemon.log keeps no secret a traceback or a warning quotes
     try:

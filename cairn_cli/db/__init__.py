@@ -461,3 +461,21 @@ def errors() -> tuple[type[BaseException], ...]:
 def timestamp(kind: str, value):
     """A datetime as the `kind` store's columns hold it: SQLite's text (what peewee writes), PostgreSQL's own."""
     return str(value) if not is_postgres(kind) else value
+
+
+def compact(kind: str) -> str | None:
+    """A SQLite store rebuilt (VACUUM) and its write-ahead log emptied, so that deleted or rewritten rows are gone
+    from the file too (`cairn forget`, `cairn redact --scan`); PostgreSQL: nothing (its own vacuum reclaims dead
+    rows). What kept it from being done (a reader holding the log: a running daemon), or None."""
+    if is_postgres(kind):
+        return None
+    conn = connection(kind)
+    try:
+        conn.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.execute_sql("VACUUM")
+        busy = conn.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    except errors() as exc:
+        return f"{kind} store not compacted: {exc}; run `cairn daemon stop` and again"
+    if busy and busy[0]:
+        return f"{kind} store: its write-ahead log is in use; run `cairn daemon stop` and again"
+    return None

@@ -12,7 +12,7 @@ import re
 
 from cairn_cli.core.hooks.request import PromptRequest
 from cairn_cli.core.ids import GLOBAL_SCOPE, clean_text, session_key
-from cairn_cli.core.privacy.redact import scrub_optional
+from cairn_cli.core.redact import scrub_optional
 from cairn_cli.errors import InvalidInput
 
 PROMPT_EVENT, STOP_EVENT = "UserPromptSubmit", "Stop"
@@ -81,7 +81,7 @@ def parse_payload(raw: bytes | str, event: str) -> HookPayload:
     payload.last_assistant_message = scrub_optional(payload.last_assistant_message)
     if event == PROMPT_EVENT and (payload.prompt is None or not payload.prompt.strip()):
         raise InvalidInput(
-            "the UserPromptSubmit payload has no prompt (or only a <private> span)", "check the hook's stdin JSON"
+            "the UserPromptSubmit payload has no prompt (or only a private span)", "check the hook's stdin JSON"
         )
     return payload
 

@@ -32,7 +32,7 @@ def write(home: str, record: dict) -> str:
     folder = private_dir(spool_dir(home))
     name = f"{_PREFIX}{time.time_ns()}-{os.getpid()}{_SUFFIX}"
     path = os.path.join(folder, name)
-    from cairn_cli.core.privacy.redact import scrub_tree
+    from cairn_cli.core.redact import scrub_tree
 
     # the record is scrubbed already (the payload was); again, whole, so that no entrance can bypass it
     atomic_write(path, json.dumps({"version": 1, **scrub_tree(record)}, ensure_ascii=False), mode=0o600)

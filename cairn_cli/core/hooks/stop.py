@@ -57,7 +57,7 @@ def response_text(payload: HookPayload, wait_ms: int, max_bytes: int) -> tuple[s
         except OSError as exc:
             return None, f"the transcript cannot be read: {exc}"
         if text is not None:
-            from cairn_cli.core.privacy.redact import scrub
+            from cairn_cli.core.redact import scrub
 
             return scrub(text), "transcript"  # only the response is kept: only it is scrubbed
         if time.monotonic() >= deadline:

@@ -139,7 +139,7 @@ def parse_cm(text: str, *, source_ref: str | None = None, session_id: str | None
             entry = {k: v for k, v in entry.items() if k in ("content", "keywords", "scope", "kind", "source_ref")}
             entry.setdefault("session_id", session_id)
         try:
-            from cairn_cli.core.privacy.redact import holds_placeholder
+            from cairn_cli.core.redact import holds_placeholder
             from cairn_cli.core.store.memories import validate_entry  # the write path's, not the hook's
 
             memory = validate_entry(entry, default_source_ref=source_ref)

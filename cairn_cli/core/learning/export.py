@@ -172,7 +172,7 @@ def engagement_rows(
 def write_jsonl(rows: list[LabelRow], path: Path) -> None:
     """The label rows as JSONL, written atomically and private (they hold prompts and memories), scrubbed: a
     window or memory stored by a version before redaction leaves no secret in the file."""
-    from cairn_cli.core.privacy.redact import scrub
+    from cairn_cli.core.redact import scrub
 
     private_dir(path.parent)
     atomic_write(

@@ -1,2 +1,3 @@
-"""What cairn keeps of what users write: secrets redacted and <private> spans removed at every entrance
-(redact.py), forgetting on request (forget.py), finding what earlier versions stored (scan.py)."""
+"""What the user asks cairn to stop keeping, after the fact: `cairn forget` (forget.py) and `cairn redact --scan`
+(scan.py), both walking every place cairn keeps text (stored.py). The redaction every entrance applies first is
+core/redact.py."""

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cairn_cli.config import Settings
-from cairn_cli.core.privacy.redact import placeholder
 from cairn_cli.core.privacy.stored import Rewrites, compact_sqlite, rewrite_files, rewrite_tables, tainted_learners
+from cairn_cli.core.redact import placeholder
 from cairn_cli.errors import InvalidInput, NotFound
 
 FORGOTTEN = placeholder("forgotten")  # a placeholder: a Stop never makes it a memory, a scan never counts it

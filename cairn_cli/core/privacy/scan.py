@@ -1,5 +1,5 @@
 """`cairn redact --scan`: the secrets an earlier version stored (before redaction was an entrance's first step)
-found in every place cairn keeps text and redacted in place with the same patterns (core/privacy/redact.py).
+found in every place cairn keeps text and redacted in place with the same patterns (core/redact.py).
 Idempotent (a placeholder is never a secret: a second scan finds nothing) and audited (what it found, counted per
 place and kind, never the secrets, in the machine state's history)."""
 
@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cairn_cli.config import Settings
-from cairn_cli.core.privacy.redact import redact, strip_private
 from cairn_cli.core.privacy.stored import Rewrites, compact_sqlite, rewrite_files, rewrite_tables
+from cairn_cli.core.redact import redact, strip_private
 
 
 @dataclass

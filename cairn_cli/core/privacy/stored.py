@@ -201,24 +201,12 @@ def rewrite_files(home: Path, transform: Transform, *, apply: bool, out: Rewrite
 
 
 def compact_sqlite(settings: Settings) -> list[str]:
-    """Each SQLite store rebuilt (VACUUM) and its write-ahead log emptied, so that deleted or rewritten text is
-    gone from the files too, not only from the rows; what could not be compacted (a daemon reading: stop it)."""
+    """Each SQLite store compacted (db.compact): what was deleted or rewritten is gone from the files too, not only
+    from the rows; what could not be compacted."""
     from cairn_cli import db
 
-    notes = []
-    for kind in ("memory", "ephemeral"):
-        if db.is_postgres(kind):
-            continue
-        conn = db.connection(kind)
-        try:
-            conn.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)")
-            conn.execute_sql("VACUUM")
-            busy = conn.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-            if busy and busy[0]:
-                notes.append(f"{kind} store: its write-ahead log is in use; run `cairn daemon stop` and again")
-        except db.errors() as exc:
-            notes.append(f"{kind} store not compacted: {exc}; run `cairn daemon stop` and again")
-    return notes
+    del settings  # the stores are bound
+    return [note for note in (db.compact(kind) for kind in ("memory", "ephemeral")) if note]
 
 
 def tainted_learners(labelled_before: Iterable[object], settings: Settings) -> list[dict]:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from cairn_cli.core.privacy.redact import redact
+from cairn_cli.core.redact import redact
 from cairn_cli.errors import CairnError, ConfigError, InvalidInput, MissingDependency
 
 BACKENDS = ("anthropic", "openai", "command")

@@ -190,7 +190,7 @@ class Caller:
         }
 
     def call(self, role: str, model: str, prompt: str) -> str:
-        from cairn_cli.core.privacy.redact import redact, scrub
+        from cairn_cli.core.redact import redact, scrub
         from cairn_cli.db.tables import ReplayCall
 
         if self.cfg.redact:

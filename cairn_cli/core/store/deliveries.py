@@ -234,7 +234,7 @@ def parse_external(payload: object, *, default_layer: str = "external") -> list[
         value = payload.get(name)
         if value is not None and (not isinstance(value, str) or len(value) > longest):
             raise InvalidInput(f"{name} must be a string of at most {longest} characters", "fix the record")
-    from cairn_cli.core.privacy.redact import scrub
+    from cairn_cli.core.redact import scrub
 
     window = scrub(payload["context_window"])  # logged as every window is: secrets redacted, <private> spans out
     if not window.strip():

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from cairn_cli.clock import utcnow
 from cairn_cli.config import Settings
 from cairn_cli.core.ids import GLOBAL_SCOPE
-from cairn_cli.core.privacy.redact import assess, holds_placeholder, mostly_secret, scrub
+from cairn_cli.core.redact import assess, holds_placeholder, mostly_secret, scrub
 from cairn_cli.core.store import search_index
 from cairn_cli.core.text import clean_keywords
 from cairn_cli.errors import InvalidInput, NotFound

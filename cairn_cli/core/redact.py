@@ -194,9 +194,11 @@ _RULES: list[_Rule] = [
 ]
 
 # key = value, key: value, key := value, "key": "value" (also inside JSON that was itself escaped into a string)
+# the value is matched in a lookahead: a key that names no secret consumes only itself and its separator, so that
+# the scan goes on inside its value ("runbook: aws_secret_access_key = …", a file's text quoted in JSON)
 _ASSIGNMENT = (
     r"(?<![A-Za-z0-9_.\-])(?P<kq>\\?[\"']?)(?P<key>[A-Za-z_][A-Za-z0-9_.\-]*+)(?P=kq)(?P<sep>\s*(?::=|[:=])[ \t]*)"
-    r"(?:\\\"(?P<esc>(?:(?!\\\")[^\r\n])*)\\\""
+    r"(?=\\\"(?P<esc>(?:(?!\\\")[^\r\n])*)\\\""
     r"|\"(?P<dq>(?:[^\"\\\r\n]|\\.)*)\""
     r"|'(?P<sq>[^'\r\n]*)'"
     r"|(?P<bare>[^\s'\"`,;&{}()\[\]<>]++)(?![(\[{]))"
@@ -361,39 +363,38 @@ def _redact(text: str) -> Redaction:
 
         return sub
 
-    def assignment(match: re.Match[str]) -> str:
+    def assignments(pattern: re.Pattern[str], text: str) -> str:
+        """Each `key = value` whose key names a secret (or mentions one, with a value that looks like one) with its
+        value replaced. A match whose value is a lookahead (_ASSIGNMENT) resumes the scan at the value."""
         nonlocal secret_chars
-        key = match.group("key")
-        named = names_secret(key)
-        groups = match.groupdict()
-        if not named and not mentions_secret(key):
-            return _inner(match, groups)
-        for group, bare in (("esc", False), ("dq", False), ("sq", False), ("bare", True)):
-            value = groups.get(group)
-            if value is None:
-                continue
-            if not _is_value(key, value, bare) or (not named and not _high_entropy("", value)):
-                return match.group(0)
-            kind = _assignment_kind(key)
-            counts[kind] += 1
-            secret_chars += len(value)
-            start, end = match.span(group)
-            offset = match.start()
-            whole_text = match.group(0)
-            return whole_text[: start - offset] + placeholder(kind) + whole_text[end - offset :]
-        return match.group(0)
-
-    def _inner(match: re.Match[str], groups: dict) -> str:
-        """A quoted value that is not a secret may hold assignments that are (`"Blob": "…;AccountKey=…"`, a file's
-        text inside JSON): they are redacted there."""
-        for group in ("esc", "dq", "sq"):
-            value = groups.get(group)
-            if value and ("=" in value or ":" in value):
-                start, end = match.span(group)
-                offset, whole_text = match.start(), match.group(0)
-                inner = match.re.sub(assignment, value)
-                return whole_text[: start - offset] + inner + whole_text[end - offset :]
-        return match.group(0)
+        out, pos = [], 0
+        while (match := pattern.search(text, pos)) is not None:
+            key, groups = match.group("key"), match.groupdict()
+            named = names_secret(key)
+            found = next(
+                (
+                    (g, bare)
+                    for g, bare in (("esc", False), ("dq", False), ("sq", False), ("bare", True))
+                    if groups.get(g) is not None
+                ),
+                None,
+            )
+            resume = max(match.end(), match.start() + 1)
+            if found is not None and (named or mentions_secret(key)):
+                group, bare = found
+                value = groups[group]
+                if _is_value(key, value, bare) and (named or _high_entropy("", value)):
+                    kind = _assignment_kind(key)
+                    counts[kind] += 1
+                    secret_chars += len(value)
+                    start, end = match.span(group)
+                    out += [text[pos:start], placeholder(kind)]
+                    pos = end
+                    continue
+            out.append(text[pos:resume])
+            pos = resume
+        out.append(text[pos:])
+        return "".join(out)
 
     def header(match: re.Match[str]) -> str:
         """An Authorization header's credentials: a scheme's (Bearer, Basic, …) of any length, or without a scheme a
@@ -428,7 +429,7 @@ def _redact(text: str) -> Redaction:
         elif rule.mode == "header":
             text = rule.pattern.sub(header, text)
         else:
-            text = rule.pattern.sub(assignment if rule.mode == "assignment" else near, text)
+            text = assignments(rule.pattern, text) if rule.mode == "assignment" else rule.pattern.sub(near, text)
     return Redaction(text, dict(counts), secret_chars)
 
 
