@@ -328,7 +328,9 @@ def apply_decision(d: Verdict, settings: Settings, *, by: str) -> dict:
 
 
 def queue_add(instruction: str, settings: Settings) -> list:
-    text = " ".join(instruction.split())
+    from cairn_cli.core.redact import scrub
+
+    text = " ".join(scrub(instruction).split())  # an instruction is injected into every B prompt: never a secret
     if not text:
         raise InvalidInput("the instruction is empty", 'pass the candidate: cairn ab queue add "..."')
     current = arms(settings)

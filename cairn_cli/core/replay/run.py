@@ -515,10 +515,13 @@ def execute(
     from cairn_cli.core.replay.analysis import compare, session_scores
     from cairn_cli.db.tables import ReplayRun
 
+    from cairn_cli.core.redact import scrub_tree
+
     run_id = run_id or new_run_id()
     now = utcnow()
+    config = scrub_tree(cfg.as_dict())  # a credential in --cmd or --base-url is not kept (pass it in the environment)
     ReplayRun.insert(
-        id=run_id, status="running", config=cfg.as_dict(), sent={}, report=None, created_at=now, updated_at=now
+        id=run_id, status="running", config=config, sent={}, report=None, created_at=now, updated_at=now
     ).on_conflict(
         conflict_target=[ReplayRun.id], update={ReplayRun.status: "running", ReplayRun.updated_at: now}
     ).execute()
@@ -572,7 +575,7 @@ def execute(
         "offline": "an analysis of replayed transcripts, not the live experiment: it never promotes",
         "finished_at": iso_now(),
     }
-    ReplayRun.update(status=report["status"], sent=caller.sent, report=report, updated_at=utcnow()).where(
+    ReplayRun.update(status=report["status"], sent=caller.sent, report=scrub_tree(report), updated_at=utcnow()).where(
         ReplayRun.id == run_id
     ).execute()
     return report
