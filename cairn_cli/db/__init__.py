@@ -465,11 +465,17 @@ def timestamp(kind: str, value):
 
 def compact(kind: str) -> str | None:
     """A SQLite store rebuilt (VACUUM) and its write-ahead log emptied, so that deleted or rewritten rows are gone
-    from the file too (`cairn forget`, `cairn redact --scan`); PostgreSQL: nothing (its own vacuum reclaims dead
-    rows). What kept it from being done (a reader holding the log: a running daemon), or None."""
-    if is_postgres(kind):
-        return None
+    from the file too (`cairn forget`, `cairn redact --scan`); a PostgreSQL one vacuumed (its dead row versions
+    reclaimed). What kept it from being done (a reader holding the log: a running daemon), or None."""
     conn = connection(kind)
+    if is_postgres(kind):
+        try:  # outside a transaction: peewee runs it in autocommit; the dead row versions are reclaimed now
+            conn.execute_sql("VACUUM")
+        except errors() as exc:
+            return (
+                f"{kind} store (PostgreSQL) not vacuumed: {driver_message(exc)}; its autovacuum will reclaim the rows"
+            )
+        return None
     try:
         conn.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)")
         conn.execute_sql("VACUUM")

@@ -101,6 +101,8 @@ def forget(
     literals = sorted({t for t in texts + merged if len(t) >= _MIN_LITERAL}, key=len, reverse=True)
     parts = [re.escape(t) for t in literals] + ([regex.pattern] if regex is not None else [])
     purge = re.compile("|".join(f"(?:{p})" for p in parts), re.IGNORECASE) if parts else None
+    # another memory's text loses only what --pattern names: a forgotten memory's text is purged from the log, the
+    # spool and the exports, never cut out of a memory the user did not ask to forget
 
     deliveries = MemoryDelivery.select().where(MemoryDelivery.memory_id.in_(chosen)) if chosen else None
     label_times = [d.graded_at or d.engaged_at for d in deliveries] if deliveries is not None else []
@@ -137,7 +139,12 @@ def forget(
         def transform(text: str) -> tuple[str, int]:
             return purge.subn(FORGOTTEN, text)
 
-        rewrite_tables(transform, apply=not dry_run, out=report.purged, skip=frozenset(chosen))
+        def in_memories(text: str) -> tuple[str, int]:
+            return regex.subn(FORGOTTEN, text) if regex is not None else (text, 0)
+
+        rewrite_tables(
+            transform, apply=not dry_run, out=report.purged, skip=frozenset(chosen), memory_transform=in_memories
+        )
         rewrite_files(home, transform, apply=not dry_run, out=report.purged)
     if not dry_run:
         report.notes += compact_sqlite(settings)

@@ -69,10 +69,19 @@ def _tree(value, transform: Transform) -> tuple[object, int]:
     return value, 0
 
 
-def rewrite_tables(transform: Transform, *, apply: bool, out: Rewrites, skip: frozenset[int] = frozenset()) -> None:
+def rewrite_tables(
+    transform: Transform,
+    *,
+    apply: bool,
+    out: Rewrites,
+    skip: frozenset[int] = frozenset(),
+    memory_transform: Transform | None = None,
+) -> None:
     """Every text column of both stores, each in its store's transaction. A memory whose text changes gets its
     hashes again, loses its vectors (re-embedded by `cairn memory embed` or the daemon) and is re-indexed. `skip`:
-    memories left alone (those a dry run of `forget` would delete)."""
+    memories left alone (those a dry run of `forget` would delete); `memory_transform`: the memories' own (default
+    `transform`; `forget ID` purges a memory's text from the log, never from another memory)."""
+    memory_transform = transform if memory_transform is None else memory_transform
     from cairn_cli import db
     from cairn_cli.core.store import search_index
     from cairn_cli.core.text import normalise, sha256
@@ -90,8 +99,8 @@ def rewrite_tables(transform: Transform, *, apply: bool, out: Rewrites, skip: fr
         for mem in Memory.select().iterator():
             if mem.id in skip:
                 continue
-            content, n = transform(mem.content)
-            keywords, k = _tree(list(mem.keywords or []), transform)
+            content, n = memory_transform(mem.content)
+            keywords, k = _tree(list(mem.keywords or []), memory_transform)
             out.count("memories", n + k)
             if n + k and apply:
                 mem.content, mem.keywords = content, keywords

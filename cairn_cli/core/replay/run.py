@@ -512,10 +512,9 @@ def execute(
 ) -> dict:
     """Replay `sessions`, judge, measure, analyse; store the run (its config, what was sent, the report) and return
     the report. A cap reached stops the run cleanly: the sessions finished are analysed, the report is partial."""
+    from cairn_cli.core.redact import scrub_tree
     from cairn_cli.core.replay.analysis import compare, session_scores
     from cairn_cli.db.tables import ReplayRun
-
-    from cairn_cli.core.redact import scrub_tree
 
     run_id = run_id or new_run_id()
     now = utcnow()
