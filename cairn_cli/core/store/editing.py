@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 from cairn_cli.clock import utcnow
 from cairn_cli.config import Settings
-from cairn_cli.core.store import memories, search_index
+from cairn_cli.core.store import memories, merges, search_index
 from cairn_cli.core.store.embeddings import Embedder, embed_texts, embedding_text, store_embeddings
 from cairn_cli.errors import InvalidInput
 
@@ -42,7 +42,7 @@ def edit(
     memory's former text and keywords are recorded as a merge (method "edit"); it is re-embedded (the store's model
     answers through `embed`; when none does, the daemon embeds it later) and its index row replaced."""
     from cairn_cli.core.text import normalise, sha256
-    from cairn_cli.db.tables import Memory, MemoryMerge, MemoryVector, memory_proxy
+    from cairn_cli.db.tables import Memory, MemoryVector, memory_proxy
 
     if content is None and keywords is None:
         raise InvalidInput("nothing to change", "pass --content TEXT and/or --keywords a,b")
@@ -62,16 +62,8 @@ def edit(
     model, vectors = embed_texts([embedding_text(entry.content, entry.keywords)], embed)
     with memory_proxy.atomic():
         row = memories.row_of(memory_id)
-        MemoryMerge.create(
-            memory_id=row.id,
-            content=row.content,
-            keywords=row.keywords,
-            scope=row.scope,
-            kind=row.kind,
-            source_ref=row.source_ref,
-            session_id=row.session_id,
-            method="edit",
-        )
+        old = memories.MemoryInput(row.content, row.keywords, row.scope, row.kind, row.source_ref, row.session_id)
+        merges.record_write(row.id, old, "edit")
         Memory.update(
             content=entry.content,
             keywords=entry.keywords,

@@ -13,8 +13,6 @@ from cairn_cli.core.store.memories import MemoryInput
 def merge_into(existing, entry: MemoryInput, method: str, similarity: float | None = None) -> list[str]:
     """Merge a written entry into an existing memory: keywords unioned, a missing source_ref filled, and what was
     written recorded in memory_merges. Returns the keywords it added."""
-    from cairn_cli.db.tables import MemoryMerge
-
     new_kws = [k for k in entry.keywords if k not in existing.keywords]
     if new_kws:
         existing.keywords = existing.keywords + new_kws
@@ -22,8 +20,16 @@ def merge_into(existing, entry: MemoryInput, method: str, similarity: float | No
         existing.source_ref = entry.source_ref
     existing.updated_at = utcnow()
     existing.save()
+    record_write(existing.id, entry, method, similarity)
+    return new_kws
+
+
+def record_write(memory_id: int, entry: MemoryInput, method: str, similarity: float | None = None) -> None:
+    """What was written into a memory (a merged entry, or the text an edit replaced), in memory_merges."""
+    from cairn_cli.db.tables import MemoryMerge
+
     MemoryMerge.create(
-        memory_id=existing.id,
+        memory_id=memory_id,
         content=entry.content,
         keywords=entry.keywords,
         scope=entry.scope,
@@ -33,7 +39,6 @@ def merge_into(existing, entry: MemoryInput, method: str, similarity: float | No
         method=method,
         similarity=similarity,
     )
-    return new_kws
 
 
 @dataclass
