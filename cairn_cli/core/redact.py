@@ -288,11 +288,16 @@ def _high_entropy(name: str, value: str) -> bool:
     return len(value) >= 16 and classes >= 2 and entropy(value) >= 3.0
 
 
+def _key_parts(key: str) -> list[str]:
+    """A key's words, lower case, whatever its style: `DB_PASSWORD`, `accessToken`, `x-api-key`."""
+    return [p.lower() for p in re.split(r"[_.\-]+", _CAMEL.pattern.sub("_", key)) if p]
+
+
 def names_secret(key: str) -> bool:
     """Whether a key names a secret: its last part (or last two) is one of the secret words, any case or style:
     `DB_PASSWORD`, `accessToken`, `x-api-key`, `client_secret`, `AccountKey`; not `max_tokens`, `token_budget`,
     `password_reset`."""
-    parts = [p.lower() for p in re.split(r"[_.\-]+", _CAMEL.pattern.sub("_", key)) if p]
+    parts = _key_parts(key)
     if not parts or any(p in _NOT_SECRET_PARTS for p in parts):
         return False
     if parts[-1] in _SECRET_WORDS:
@@ -303,7 +308,7 @@ def names_secret(key: str) -> bool:
 def mentions_secret(key: str) -> bool:
     """Whether some part of a key is a secret word (`VERY_SECRET_TOO`, `SECRET_VALUE_2`): its value is a secret only
     when it also looks like one (high entropy)."""
-    parts = [p.lower() for p in re.split(r"[_.\-]+", _CAMEL.pattern.sub("_", key)) if p]
+    parts = _key_parts(key)
     return any(p in _SECRET_WORDS for p in parts) and not any(p in _NOT_SECRET_PARTS for p in parts)
 
 

@@ -4,8 +4,9 @@ The window is the current prompt followed by the last CONTEXT_MAX_TURNS earlier 
 first ("user: ..." / "assistant: ..."), so that models that truncate long inputs keep the prompt. Tool output,
 thinking, system reminders, slash-command chatter, IDE wrappers, and cairn's own injected block and [cm]
 answers are dropped (cairn must never rank on its own output). Whitespace is folded; the whole is bounded by
-CONTEXT_MAX_CHARS. Secrets are redacted and `<private>` spans removed (core/redact.py) from the prompt and
-from each earlier turn the window keeps, before it is cut to fit: the window is what is ranked and logged. Its key is the first 16 hex digits of its SHA-256: the same window, the same key.
+CONTEXT_MAX_CHARS. Secrets are redacted and `<private>` spans removed (core/redact.py) from the prompt and from
+each earlier turn the window keeps, before it is cut to fit: the window is what is ranked and logged. Its key is
+the first 16 hex digits of its SHA-256: the same window, the same key.
 `earlier` keeps the earlier pieces apart, (role, text) newest first, as the window holds them: the ranking reads the
 prompt as the query and the earlier turns as context that can only add to it (core/ranking/query.py).
 Stdlib only (hot path).
