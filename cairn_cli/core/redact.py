@@ -68,8 +68,6 @@ def placeholder(kind: str) -> str:
     return f"[redacted:{kind}]"
 
 
-# <private>…</private> (any case); an unclosed tag hides everything after it
-_PRIVATE = _Lazy(r"<private>.*?(?:</private>|\Z)", re.DOTALL | re.IGNORECASE)
 
 # not inside a longer token: these characters may not stand just before or after a shaped secret
 _START = r"(?<![A-Za-z0-9_\-])"
@@ -330,11 +328,29 @@ def _is_value(key: str, value: str, bare: bool) -> bool:
     return not (key.lower().rsplit("_", 1)[-1] == "pwd" and value.startswith("/"))
 
 
+_ASCII_LOWER = {c: c + 32 for c in range(ord("A"), ord("Z") + 1)}  # str.lower() may change a text's length
+
+
 def strip_private(text: str) -> str:
-    """`text` without its `<private>…</private>` spans (what is inside is never ranked, stored or logged)."""
+    """`text` without its `<private>…</private>` spans, any case; an unclosed tag hides the rest (what is inside is
+    never ranked, sent to the daemon, stored or logged). No regular expression: the prompt hook's own process does
+    this and nothing else (the secrets are redacted where the window is built, in the warm daemon)."""
     if "<" not in text:
         return text
-    return _PRIVATE.pattern.sub(" ", text)
+    lowered = text.translate(_ASCII_LOWER)
+    start = lowered.find("<private>")
+    if start < 0:
+        return text
+    out, pos = [], 0
+    while start >= 0:
+        out += [text[pos:start], " "]
+        end = lowered.find("</private>", start + len("<private>"))
+        if end < 0:
+            return "".join(out)
+        pos = end + len("</private>")
+        start = lowered.find("<private>", pos)
+    out.append(text[pos:])
+    return "".join(out)
 
 
 class Redaction:

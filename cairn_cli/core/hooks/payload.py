@@ -12,7 +12,7 @@ import re
 
 from cairn_cli.core.hooks.request import PromptRequest
 from cairn_cli.core.ids import GLOBAL_SCOPE, clean_text, session_key
-from cairn_cli.core.redact import scrub_optional
+from cairn_cli.core.redact import scrub_optional, strip_private
 from cairn_cli.errors import InvalidInput
 
 PROMPT_EVENT, STOP_EVENT = "UserPromptSubmit", "Stop"
@@ -76,8 +76,9 @@ def parse_payload(raw: bytes | str, event: str) -> HookPayload:
         bool(data.get("stop_hook_active")),
         **{name: _str(data, name) for name in HookPayload.FIELDS},
     )
-    # the one redaction step, before the text is ranked, sent to the daemon, logged or stored (docs/privacy.md)
-    payload.prompt = scrub_optional(payload.prompt)
+    # <private> spans never leave this process; the prompt's secrets are redacted where its window is built (the
+    # warm daemon, or the fallback), before it is ranked or logged; a response is scrubbed whole (docs/privacy.md)
+    payload.prompt = None if payload.prompt is None else strip_private(payload.prompt)
     payload.last_assistant_message = scrub_optional(payload.last_assistant_message)
     if event == PROMPT_EVENT and (payload.prompt is None or not payload.prompt.strip()):
         raise InvalidInput(

@@ -5,7 +5,7 @@ dataclasses (their import costs 14 ms): this is the prompt hook's hot path."""
 from __future__ import annotations
 
 from cairn_cli.core.ids import clean_text, session_key
-from cairn_cli.core.redact import scrub
+from cairn_cli.core.redact import strip_private
 
 
 class PromptRequest:
@@ -57,10 +57,11 @@ class PromptRequest:
         turn: int | None,
         log: bool,
     ) -> PromptRequest:
-        """`cairn rank`'s options (entry.py's and Typer's alike), their text cleaned (secrets redacted, `<private>`
-        spans removed: before the prompt goes to the daemon) and the session id as stored."""
+        """`cairn rank`'s options (entry.py's and Typer's alike), their text cleaned (`<private>` spans removed
+        before the prompt goes to the daemon; its secrets are redacted where the window is built) and the session id
+        as stored."""
         return cls(
-            scrub(clean_text(prompt)),
+            strip_private(clean_text(prompt)),
             session_key(session),
             None if scope is None else clean_text(scope),
             transcript,

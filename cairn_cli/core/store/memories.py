@@ -78,7 +78,8 @@ def validate_entry(raw: object, *, default_source_ref: str | None = None) -> Mem
         if value is not None and not _is_utf8(value):  # a lone surrogate ("\ud800" in JSON) cannot be stored
             raise InvalidInput(f"{name} is not valid UTF-8 text (a lone surrogate)", "write the text as UTF-8")
     content = _scrubbed_content(content)
-    scrubbed = (scrub(k) for k in clean_keywords(keywords))  # split ("a,b") and cleaned first, then scrubbed
+    given = keywords.split(",") if isinstance(keywords, str) else keywords
+    scrubbed = (scrub(str(k)) for k in given)  # before case-folding: a key's shape has its case
     return MemoryInput(
         content=content,
         keywords=clean_keywords([k for k in scrubbed if not holds_placeholder(k)]),
