@@ -44,18 +44,22 @@ def append_line(
     keep: int = 0,
     copy_truncate: bool = False,
     make_dirs: bool = True,
+    scrub: bool = True,
 ) -> None:
-    """Append one line to a private log file (created 0600), whole or not at all.
+    """Append one line to a private log file (created 0600), whole or not at all, scrubbed (core/redact.py: an
+    error may quote a prompt) unless `scrub` is False: a line made only of cairn's own words and ids (the prompt
+    hook's summary line, which then imports nothing more).
 
     The line goes out in one os.write on an O_APPEND descriptor, so lines of concurrent writers never interleave.
     On a full disk (or a file size limit) a write may be short: what it wrote is cut off again, so no partial line
     is left for the next one to be glued to, and OSError is raised (a log's caller decides whether that matters).
     `max_bytes` > 0: once the file has grown past it, it is rotated (`rotate`: `keep` old generations).
     `make_dirs` False: a missing directory is FileNotFoundError, never created (an orphaned daemon's deleted home)."""
-    from cairn_cli.core.redact import scrub
+    if scrub:
+        from cairn_cli.core.redact import scrub as scrubbed
 
+        line = scrubbed(line)  # a log keeps no secret: an error may quote a prompt (docs/privacy.md)
     path = os.fspath(path)
-    line = scrub(line)  # a log keeps no secret: an error may quote a prompt (docs/privacy.md)
     data = (line if line.endswith("\n") else line + "\n").encode("utf-8", errors="replace")
     if make_dirs:
         private_file(path)
@@ -76,12 +80,14 @@ def append_line(
             pass  # the line is written; the next one tries the rotation again
 
 
-def append_log(path: str | os.PathLike[str], line: str, *, copy_truncate: bool = False) -> None:
+def append_log(path: str | os.PathLike[str], line: str, *, copy_truncate: bool = False, scrub: bool = True) -> None:
     """append_line with the log rotation settings (CAIRN_LOG_MAX_BYTES, CAIRN_LOG_KEEP), resolved now."""
     from cairn_cli import config
 
     max_bytes, keep = config.get("LOG_MAX_BYTES"), config.get("LOG_KEEP")
-    append_line(path, line, max_bytes=int(str(max_bytes)), keep=int(str(keep)), copy_truncate=copy_truncate)
+    append_line(
+        path, line, max_bytes=int(str(max_bytes)), keep=int(str(keep)), copy_truncate=copy_truncate, scrub=scrub
+    )
 
 
 def generation(path: str | os.PathLike[str], n: int) -> str:

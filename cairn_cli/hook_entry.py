@@ -12,14 +12,16 @@ import time
 LOG_NAME = "hook.log"
 
 
-def log(line: str) -> None:
-    """Append one line to $CAIRN_HOME/logs/hook.log, whole or not at all (rotated past CAIRN_LOG_MAX_BYTES); a hook
-    must not fail because its log cannot be written (a full disk)."""
+def log(line: str, *, scrub: bool = True) -> None:
+    """Append one line to $CAIRN_HOME/logs/hook.log, whole or not at all (rotated past CAIRN_LOG_MAX_BYTES), scrubbed
+    unless it holds only cairn's own words and ids (`scrub=False`); a hook must not fail because its log cannot be
+    written (a full disk)."""
     try:
         from cairn_cli.config import home_dir
         from cairn_cli.files import append_log
 
-        append_log(os.path.join(home_dir(), "logs", LOG_NAME), f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {line}")
+        stamped = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {line}"
+        append_log(os.path.join(home_dir(), "logs", LOG_NAME), stamped, scrub=scrub)
     except Exception:
         pass
 
@@ -58,7 +60,8 @@ def run_prompt(raw: bytes | None = None) -> int:
         log(
             f"prompt session={payload.session_id} turn={result['turn']} delivered={len(result['memories'])} "
             f"ranker={result['ranker']} reranker={result['reranker_model']} "
-            f"ms={(time.perf_counter() - t0) * 1000:.0f}" + (f" notes: {notes}" if notes else "")
+            f"ms={(time.perf_counter() - t0) * 1000:.0f}" + (f" notes: {notes}" if notes else ""),
+            scrub=bool(notes),  # ids and counts only: nothing to redact, no module to import on the hot path
         )
         return 0
     except BaseException as exc:

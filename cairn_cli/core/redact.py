@@ -68,7 +68,6 @@ def placeholder(kind: str) -> str:
     return f"[redacted:{kind}]"
 
 
-
 # not inside a longer token: these characters may not stand just before or after a shaped secret
 _START = r"(?<![A-Za-z0-9_\-])"
 _END = r"(?![A-Za-z0-9_\-])"

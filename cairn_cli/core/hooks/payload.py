@@ -12,7 +12,6 @@ import re
 
 from cairn_cli.core.hooks.request import PromptRequest
 from cairn_cli.core.ids import GLOBAL_SCOPE, clean_text, session_key
-from cairn_cli.core.redact import scrub_optional, strip_private
 from cairn_cli.errors import InvalidInput
 
 PROMPT_EVENT, STOP_EVENT = "UserPromptSubmit", "Stop"
@@ -78,8 +77,14 @@ def parse_payload(raw: bytes | str, event: str) -> HookPayload:
     )
     # <private> spans never leave this process; the prompt's secrets are redacted where its window is built (the
     # warm daemon, or the fallback), before it is ranked or logged; a response is scrubbed whole (docs/privacy.md)
-    payload.prompt = None if payload.prompt is None else strip_private(payload.prompt)
-    payload.last_assistant_message = scrub_optional(payload.last_assistant_message)
+    if payload.prompt is not None and "<" in payload.prompt:  # the module is imported only when it has work to do
+        from cairn_cli.core.redact import strip_private
+
+        payload.prompt = strip_private(payload.prompt)
+    if payload.last_assistant_message is not None:
+        from cairn_cli.core.redact import scrub
+
+        payload.last_assistant_message = scrub(payload.last_assistant_message)
     if event == PROMPT_EVENT and (payload.prompt is None or not payload.prompt.strip()):
         raise InvalidInput(
             "the UserPromptSubmit payload has no prompt (or only a private span)", "check the hook's stdin JSON"
