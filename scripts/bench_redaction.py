@@ -189,6 +189,76 @@ def time_scrub(rows: list[dict], runs: int, seed: int = 11) -> dict:
     return cells
 
 
+TRANSCRIPTS = ROOT.parent / "shared" / "data" / "claude_code" / "spotter"
+
+
+def time_window(rows: list[dict], runs: int, seed: int = 13, *, cold: bool = False) -> dict | None:
+    """The redaction work of a prompt turn, in process and warm as the daemon does it: `build_context_window` on the
+    real Claude Code transcripts (prompts with and without a pasted secret), with scrub as shipped and replaced by
+    identity, interleaved pair by pair; the paired differences of p50 and p95 with 95% bootstrap intervals. `cold`:
+    the daemon's memory of scrubbed turns emptied before every turn (each turn scanned whole, as a new session's
+    first prompt is), else kept (a session's next prompt: only its new turns are scanned). None when the
+    transcripts are absent."""
+    from cairn_cli.core.ranking import context
+
+    paths = sorted(TRANSCRIPTS.glob("*.jsonl")) if TRANSCRIPTS.is_dir() else []
+    if not paths:
+        return None
+    rng = random.Random(seed)
+    secrets = [r["text"] for r in rows if r["label"] == "secret" and len(r["text"]) < 300]
+    prompts = [
+        f"why do the integration tests fail after the deploy? {rng.choice(secrets) if i % 2 else ''}" for i in range(40)
+    ]
+    shipped, same = context._scrubbed, (lambda text: text)  # the window's (remembered) scrub, or none
+    spent = [0]  # ns inside scrub during the current turn (the shipped arm)
+
+    def timed_scrub(text: str) -> str:
+        t0 = time.perf_counter_ns()
+        try:
+            return shipped(text)
+        finally:
+            spent[0] += time.perf_counter_ns() - t0
+
+    timed: dict[str, list[float]] = {"shipped": [], "identity": []}
+    work: list[float] = []  # per turn: the time spent in scrub itself
+    for i in range(runs + 20):
+        prompt, path = prompts[i % len(prompts)], paths[i % len(paths)]
+        for arm in ("shipped", "identity") if i % 2 else ("identity", "shipped"):
+            context._scrubbed = timed_scrub if arm == "shipped" else same  # type: ignore[assignment]
+            if cold:
+                shipped.cache_clear()
+            spent[0] = 0
+            t0 = time.perf_counter_ns()
+            context.build_context_window(prompt, path, max_turns=3, max_chars=4000)
+            if i >= 20:  # the first 20 pairs warm both
+                timed[arm].append((time.perf_counter_ns() - t0) / 1e6)
+                if arm == "shipped":
+                    work.append(spent[0] / 1e6)
+    context._scrubbed = shipped
+    a, b = timed["shipped"], timed["identity"]
+    out: dict = {
+        "runs": len(a),
+        "transcripts": [p.name for p in paths],
+        "scrub_work_ms": {
+            "p50": round(metrics.percentile(work, 50), 3),
+            "p95": round(metrics.percentile(work, 95), 3),
+            "max": round(max(work), 3),
+        },
+    }
+    for q in (50, 95):
+        diffs = []
+        for _ in range(2000):
+            idx = [rng.randrange(len(a)) for _ in range(len(a))]
+            diffs.append(metrics.percentile([a[j] for j in idx], q) - metrics.percentile([b[j] for j in idx], q))
+        out[f"p{q}"] = {
+            "shipped_ms": round(metrics.percentile(a, q), 3),
+            "identity_ms": round(metrics.percentile(b, q), 3),
+            "diff_ms": round(metrics.percentile(a, q) - metrics.percentile(b, q), 3),
+            "ci95_ms": [round(metrics.percentile(diffs, 2.5), 3), round(metrics.percentile(diffs, 97.5), 3)],
+        }
+    return out
+
+
 def cold_first_call(repeats: int = 7) -> dict:
     """Import and the first scrub of a 2,000-character prompt in a fresh interpreter: what a hook process pays once."""
     code = (
@@ -228,6 +298,8 @@ def main() -> int:
     }
     results["scrub_ms"] = time_scrub(rows, args.runs)
     results["cold"] = cold_first_call()
+    results["window"] = time_window(rows, args.runs * 3)
+    results["window_cold"] = time_window(rows, args.runs * 3, cold=True)
     results["load_end"] = [round(x, 2) for x in os.getloadavg()]
     write(results, Path(args.out), args.name)
     return 0
@@ -305,8 +377,40 @@ def write(results: dict, out: Path, name: str) -> None:
         f"Fresh interpreter (what a hook process pays once, median of {cold['n']}): import of the module "
         f"{cold['import_p50_ms']} ms, first `scrub` of a 2,000-character prompt {cold['first_scrub_p50_ms']} ms.",
     ]
+    for key, title in (
+        ("window", "a session's next prompt: the daemon remembers the turns it scrubbed"),
+        ("window_cold", "every turn scanned whole: the memory emptied before each (a new session's first prompt)"),
+    ):
+        _window_section(lines, results.get(key), title)
     (out / f"{name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def _window_section(lines: list[str], window: dict | None, title: str) -> None:
+    if window:
+        lines += [
+            "",
+            f"## The prompt turn's redaction work, in process (as the warm daemon does it): {title}",
+            "",
+            f"`build_context_window` on the real transcripts ({', '.join(window['transcripts'])}; prompts with and "
+            f"without a pasted secret), scrub as shipped vs replaced by identity, {window['runs']} interleaved pairs; "
+            "95% bootstrap intervals of the differences:",
+            "",
+            "| | shipped ms | identity ms | difference ms | 95% interval ms |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for q in ("p50", "p95"):
+            c = window[q]
+            lines.append(
+                f"| {q} | {c['shipped_ms']} | {c['identity_ms']} | {c['diff_ms']} | "
+                f"{c['ci95_ms'][0]} .. {c['ci95_ms'][1]} |"
+            )
+        w = window["scrub_work_ms"]
+        lines += [
+            "",
+            f"The time spent inside `scrub` itself per turn (the work redaction adds, without the noise of the rest of "
+            f"the turn): p50 {w['p50']} ms, p95 {w['p95']} ms, max {w['max']} ms.",
+        ]
 
 
 if __name__ == "__main__":

@@ -449,8 +449,45 @@ def _redact(text: str) -> Redaction:
         elif rule.mode == "header":
             text = rule.pattern.sub(header, text)
         else:
-            text = assignments(rule.pattern, text) if rule.mode == "assignment" else rule.pattern.sub(near, text)
+            pattern = rule.pattern
+            if rule.mode == "assignment":
+                text = _around(text, rule.triggers, lambda part, p=pattern: assignments(p, part))  # type: ignore[misc]
+            else:
+                text = _around(text, rule.triggers, lambda part, p=pattern: p.sub(near, part))  # type: ignore[misc]
     return Redaction(text, dict(counts), secret_chars)
+
+
+_BEFORE, _AFTER = 160, 2048  # a secret-like word's key starts this close before it; its value ends this close after
+
+
+def _around(text: str, triggers: tuple[str, ...], scan: Callable[[str], str]) -> str:
+    """`scan` applied to the parts of `text` around its secret-like words (each from the start of the word before,
+    up to _AFTER characters on), not to the whole: a key that names a secret holds one of these words, so a long
+    text with a few of them costs a few short scans. Overlapping parts are merged; a part starts where a word
+    starts, so that a key is never read from its middle."""
+    lowered = text.lower()
+    if len(lowered) != len(text):  # a character whose lower case is longer ("İ"): positions must hold
+        lowered = text.translate(_ASCII_LOWER)
+    spans = []
+    for word in triggers:
+        at = lowered.find(word)
+        while at >= 0:
+            spans.append((max(0, at - _BEFORE), min(len(text), at + len(word) + _AFTER)))
+            at = lowered.find(word, at + 1)
+    if not spans:
+        return text
+    spans.sort()
+    out, pos, start, end = [], 0, spans[0][0], spans[0][1]
+    for s, e in [*spans[1:], (len(text) + 1, len(text) + 1)]:
+        if s <= end:
+            end = max(end, e)
+            continue
+        while start > pos and (text[start - 1].isalnum() or text[start - 1] in "_.-\\\"'"):
+            start -= 1  # back to the start of the word (and its quote) the part would cut
+        out += [text[pos:start], scan(text[start:end])]
+        pos, start, end = end, s, e
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def redact(text: str) -> tuple[str, dict[str, int]]:

@@ -14,12 +14,13 @@ Stdlib only (hot path).
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from cairn_cli.core.labels.cm import strip_block
-from cairn_cli.core.redact import scrub
+from cairn_cli.core.redact import scrub, strip_private
 from cairn_cli.core.text import context_key
 from cairn_cli.errors import InvalidInput, NotFound
 
@@ -43,16 +44,34 @@ class ContextWindow:
     earlier: list[tuple[str, str]] = field(default_factory=list)  # (role, text) after the prompt, newest first
 
 
+def _dropped(text: str) -> str:
+    """The text without the blocks that are not the user's or agent's own words (whitespace kept)."""
+    return strip_block(_DROP_BLOCKS.sub(" ", text), " ")
+
+
 def clean(text: str) -> str:
     """Drop the blocks that are not the user's or agent's own words, fold whitespace."""
-    text = _DROP_BLOCKS.sub(" ", text)
-    text = strip_block(text, " ")
-    return _SPACE.sub(" ", text).strip()
+    return _SPACE.sub(" ", _dropped(text)).strip()
+
+
+def _kept(text: str, chars: int, max_chars: int) -> str:
+    """The cleaned text as the window keeps it (at most `chars` of it), scrubbed: only the head that can be kept
+    (within `max_chars`, the window's size) is scanned — a long pasted log costs the scan of its head — and before
+    its whitespace is folded (a private-key block is known by its lines)."""
+    return clean(_scrubbed(_dropped(text)[: max_chars + max_chars // 2 + 256]))[:chars]
+
+
+@functools.lru_cache(maxsize=256)
+def _scrubbed(text: str) -> str:
+    """scrub, remembered: the window of the next prompt holds most of this one's earlier turns again (the daemon
+    scans a turn once, not once per prompt that keeps it)."""
+    return scrub(text)
 
 
 def _earlier_turns(transcript_path: Path, prompt: str, max_bytes: int) -> list[tuple[str, str]]:
-    """(role, cleaned text) of the main chain, oldest first, the current prompt excluded; the texts are not yet
-    scrubbed (the window scrubs the few it keeps: scrubbing a whole transcript would cost the hook)."""
+    """(role, text) of the main chain, oldest first, the current prompt (`prompt`: cleaned, not scrubbed) excluded;
+    the texts are as the transcript holds them (the window cleans and scrubs the few it keeps: scrubbing a whole
+    transcript would cost the hook)."""
     from cairn_cli.core.transcript import read_transcript
 
     try:
@@ -70,7 +89,7 @@ def _earlier_turns(transcript_path: Path, prompt: str, max_bytes: int) -> list[t
                 continue
             pieces.append(("assistant", response.text))
     pieces = [(role, text) for role, text in pieces if clean(text)]
-    if pieces and pieces[-1][0] == "user" and clean(scrub(pieces[-1][1])) == prompt:
+    if pieces and pieces[-1][0] == "user" and clean(strip_private(pieces[-1][1])) == prompt:
         pieces.pop()  # the hook may fire after the prompt was written to the transcript
     return pieces
 
@@ -84,7 +103,7 @@ def build_context_window(
     max_bytes: int = 4_000_000,
 ) -> ContextWindow:
     """The cleaned, bounded window for `prompt` plus the session's last turns. Empty prompt is an error."""
-    cleaned_prompt = clean(scrub(prompt or ""))[:max_chars]
+    cleaned_prompt = _kept(prompt or "", max_chars, max_chars)
     if not cleaned_prompt:
         raise InvalidInput("the prompt is empty", "pass the prompt as an argument or on stdin")
     parts = [cleaned_prompt]
@@ -92,14 +111,14 @@ def build_context_window(
     used = 0
     notes: list[str] = []
     if transcript_path:
-        earlier = _earlier_turns(Path(transcript_path), cleaned_prompt, max_bytes)
+        earlier = _earlier_turns(Path(transcript_path), clean(strip_private(prompt))[:max_chars], max_bytes)
         # a turn = a user prompt plus what the assistant answered; take pieces newest first
         budget = max_chars - len(cleaned_prompt)
         users_seen = 0
         for role, text in reversed(earlier):
             if budget <= 8 or users_seen >= max_turns:
                 break
-            text = clean(scrub(text))
+            text = _kept(text, budget, max_chars)
             if not text:
                 continue
             piece = f"{role}: {text}"[: budget - 1]
