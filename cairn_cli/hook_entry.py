@@ -1,6 +1,7 @@
-"""`cairn hook prompt` and `cairn hook stop`: what Claude Code runs. They never block or break the session:
-every failure is written to $CAIRN_HOME/logs/hook.log and the hook exits 0 (the prompt goes through without
-memories; the turn simply stays unlabelled). The prompt hook is on the hot path: no Typer, rich, numpy or torch
+"""`cairn hook prompt` and `cairn hook stop`: what Claude Code, Codex CLI and Gemini CLI run (core/hooks/agents.py:
+each agent's events, response field and output form). They never block or break the session: every failure is
+written to $CAIRN_HOME/logs/hook.log and the hook exits 0 (the prompt goes through without memories; the turn
+simply stays unlabelled). The prompt hook is on the hot path: no Typer, rich, numpy or torch
 here when the daemon answers (entry.py calls these directly)."""
 
 from __future__ import annotations
@@ -54,7 +55,9 @@ def run_prompt(raw: bytes | None = None) -> int:
         where["session"] = payload.session_id
         result = dispatch.rank(prompt_request(payload, config.get_str("HOOK_SCOPE")), {}, autostart=True)
         if result["injection"]:
-            sys.stdout.write(result["injection"] + "\n")
+            from cairn_cli.core.hooks.agents import prompt_output
+
+            sys.stdout.write(prompt_output(payload.agent or "claude", result["injection"]) + "\n")
             sys.stdout.flush()
         notes = "; ".join(result.get("notes", []))
         log(

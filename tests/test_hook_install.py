@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from cairn_cli.cli import handle_errors
 from cairn_cli.commands.hook import install, uninstall
-from cairn_cli.core.hooks import claude_settings as cs
+from cairn_cli.core.hooks import agent_settings as cs
 from cairn_cli.errors import InvalidInput
 
 CAIRN = "/opt/venv/bin/cairn"
@@ -117,6 +117,10 @@ def test_stale_cairn_entry_is_replaced_in_place(stale):
         ("/opt/venv/bin/cairn hook prompt", True),
         ("cairn hook stop", True),
         ("/usr/bin/python3 -m cairn_cli hook prompt", True),
+        ("env CAIRN_HOME=/x /opt/venv/bin/cairn hook prompt", True),  # wrapped: still ours, never a second pair
+        ("sh -c 'cd /src && cairn hook stop'", True),
+        ("/opt/venv/bin/cairn hook prompt 2>>/tmp/hook.err", True),
+        ("cairn_cli hook prompt", False),
         ("/usr/local/bin/notcairn hook prompt", False),
         ("cairn rank --scope x", False),
         ("/usr/local/bin/othertool inject", False),
@@ -291,3 +295,39 @@ def test_install_defaults_to_the_running_cairn(run, project):
     assert run("install").exit_code == 0
     settings = json.loads((project / ".claude" / "settings.json").read_text())
     assert cairn_commands(settings, "Stop") == [f"{cs.default_command()} hook stop"]
+
+
+@pytest.mark.parametrize(
+    ("agent", "where", "events", "timeouts"),
+    [
+        ("codex", ".codex/hooks.json", ["UserPromptSubmit", "Stop"], [10, 30]),
+        ("gemini", ".gemini/settings.json", ["BeforeAgent", "AfterAgent"], [10_000, 30_000]),
+    ],
+)
+def test_install_for_codex_and_gemini_merges_and_uninstalls(run, project, agent, where, events, timeouts):
+    path = project / where
+    path.parent.mkdir()
+    theirs = {"model": {"name": "x"}, "hooks": {events[0]: [{"hooks": [{"type": "command", "command": "other"}]}]}}
+    path.write_text(json.dumps(theirs))
+    dry = run("install", "--agent", agent, "--command", CAIRN, "--dry-run")
+    assert dry.exit_code == 0 and f"+++ {path}" in dry.stdout and json.loads(path.read_text()) == theirs
+    result = run("install", "--agent", agent, "--command", CAIRN)
+    assert result.exit_code == 0, result.output
+    after = json.loads(path.read_text())
+    assert after["model"] == {"name": "x"} and after["hooks"][events[0]][0] == theirs["hooks"][events[0]][0]
+    for event, sub, timeout in zip(events, ("prompt", "stop"), timeouts):
+        (ours,) = [h for g in after["hooks"][event] for h in g["hooks"] if cs.is_cairn_hook(h)]
+        assert ours == {"type": "command", "command": f"{CAIRN} hook {sub}", "timeout": timeout}
+    assert not (project / ".claude").exists()  # another agent's settings are not touched
+    assert run("uninstall", "--agent", agent).exit_code == 0
+    assert json.loads(path.read_text()) == theirs
+
+
+def test_an_unknown_agent_is_refused(run, project):
+    result = run("install", "--agent", "cursor")
+    assert result.exit_code == 2 and "unknown agent 'cursor'" in result.output
+
+
+def test_codex_user_hooks_live_under_codex_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("CODEX_HOME", str(tmp_path / "ch"))
+    assert cs.settings_path("user", tmp_path, tmp_path / "h", "codex") == tmp_path / "ch" / "hooks.json"

@@ -12,13 +12,23 @@ from cairn_cli import output
 from cairn_cli.commands._common import Json
 
 Where = Annotated[
-    bool, typer.Option("--project/--user", help="Edit ./.claude/settings.json (default) or ~/.claude/settings.json.")
+    bool,
+    typer.Option(
+        "--project/--user", help="Edit the project's settings (default, e.g. ./.claude/settings.json) or the user's."
+    ),
+]
+Agent = Annotated[
+    str,
+    typer.Option(
+        "--agent",
+        help="claude (.claude/settings.json), codex (.codex/hooks.json) or gemini (.gemini/settings.json).",
+    ),
 ]
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Print the unified diff on stdout and write nothing.")]
 
 
-def _run(*, remove: bool, project: bool, dry_run: bool, json: bool, command: str | None = None) -> None:
-    from cairn_cli.core.hooks import claude_settings as cs
+def _run(*, remove: bool, project: bool, dry_run: bool, json: bool, agent: str, command: str | None = None) -> None:
+    from cairn_cli.core.hooks import agent_settings as cs
 
     plan = cs.plan_install(
         "project" if project else "user",
@@ -26,6 +36,7 @@ def _run(*, remove: bool, project: bool, dry_run: bool, json: bool, command: str
         cwd=Path.cwd(),
         home=Path.home(),
         remove=remove,
+        agent=agent,
     )
     if not dry_run:
         cs.apply(plan)
@@ -41,6 +52,7 @@ def _run(*, remove: bool, project: bool, dry_run: bool, json: bool, command: str
 
 def install(
     project: Where = True,
+    agent: Agent = "claude",
     dry_run: DryRun = False,
     command: Annotated[
         str | None,
@@ -48,19 +60,20 @@ def install(
     ] = None,
     json: Json = False,
 ) -> None:
-    """Install cairn's UserPromptSubmit and Stop hooks into Claude Code's settings.json, keeping everything else.
+    """Install cairn's prompt and Stop hooks into the agent's settings (Claude Code: UserPromptSubmit and Stop; Codex
+    CLI: the same events in .codex/hooks.json; Gemini CLI: BeforeAgent and AfterAgent), keeping everything else.
 
-    Example: cairn hook install --user --dry-run
+    Example: cairn hook install --user --dry-run · cairn hook install --agent gemini
     """
-    _run(remove=False, project=project, dry_run=dry_run, json=json, command=command)
+    _run(remove=False, project=project, dry_run=dry_run, json=json, agent=agent, command=command)
 
 
-def uninstall(project: Where = True, dry_run: DryRun = False, json: Json = False) -> None:
-    """Remove cairn's hooks from Claude Code's settings.json, keeping everyone else's.
+def uninstall(project: Where = True, agent: Agent = "claude", dry_run: DryRun = False, json: Json = False) -> None:
+    """Remove cairn's hooks from the agent's settings, keeping everyone else's.
 
-    Example: cairn hook uninstall --project
+    Example: cairn hook uninstall --project --agent codex
     """
-    _run(remove=True, project=project, dry_run=dry_run, json=json)
+    _run(remove=True, project=project, dry_run=dry_run, json=json, agent=agent)
 
 
 def prompt() -> None:

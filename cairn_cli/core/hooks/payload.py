@@ -19,9 +19,20 @@ _SCOPE_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 class HookPayload:
-    """What Claude Code sends on stdin (the fields cairn reads; unknown keys are ignored)."""
+    """What an agent sends on stdin (the fields cairn reads; unknown keys are ignored), as Claude Code names them:
+    a Gemini CLI response (`prompt_response`) is read into `last_assistant_message`; `agent` is the agent that sent
+    it (core/hooks/agents.py), `turn_id` Codex CLI's own turn id."""
 
-    FIELDS = ("transcript_path", "cwd", "prompt", "agent_id", "agent_type", "last_assistant_message")
+    FIELDS = (
+        "transcript_path",
+        "cwd",
+        "prompt",
+        "agent_id",
+        "agent_type",
+        "last_assistant_message",
+        "turn_id",
+        "agent",
+    )
     __slots__ = ("event", "session_id", "stop_hook_active", *FIELDS)
     transcript_path: str | None
     cwd: str | None
@@ -29,6 +40,8 @@ class HookPayload:
     agent_id: str | None
     agent_type: str | None
     last_assistant_message: str | None
+    turn_id: str | None
+    agent: str | None
 
     def __init__(self, event: str, session_id: str, stop_hook_active: bool = False, **fields: str | None):
         self.event, self.session_id, self.stop_hook_active = event, session_id, stop_hook_active
@@ -48,33 +61,37 @@ def _str(data: dict, key: str) -> str | None:
 
 
 def parse_payload(raw: bytes | str, event: str) -> HookPayload:
-    """The hook's stdin JSON; unknown keys are ignored, bytes that are not UTF-8 are replaced."""
+    """The hook's stdin JSON, from any agent cairn serves (`event`: the Claude Code name of the hook, whose
+    counterpart Codex and Gemini CLI send too); unknown keys are ignored, bytes that are not UTF-8 are replaced."""
+    from cairn_cli.core.hooks import agents
+
     text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
     if not text.strip():
-        raise InvalidInput("the hook's stdin is empty", "Claude Code sends the hook payload as JSON on stdin")
+        raise InvalidInput("the hook's stdin is empty", "the agent sends the hook payload as JSON on stdin")
     try:
         data = json.loads(text)
     except (ValueError, RecursionError) as exc:
         raise InvalidInput(
-            f"the hook's stdin is not JSON ({str(exc)[:80]})", "Claude Code sends one JSON object"
+            f"the hook's stdin is not JSON ({str(exc)[:80]})", "the agent sends one JSON object"
         ) from None
     if not isinstance(data, dict):
-        raise InvalidInput("the hook's stdin is not a JSON object", "Claude Code sends one JSON object")
+        raise InvalidInput("the hook's stdin is not a JSON object", "the agent sends one JSON object")
+    hook = agents.hook_of(event)
     named = data.get("hook_event_name") or data.get("event")
-    if named is not None and named != event:
+    if named is not None and agents.hook_of(str(named)) != hook:
+        right = agents.hook_of(str(named))
         raise InvalidInput(
-            f"this is the {event} hook but the payload is for {named!r}",
-            f"register `cairn hook {'prompt' if named == PROMPT_EVENT else 'stop'}` for {named}",
+            f"this is cairn's {hook} hook but the payload is for {str(named)[:80]!r}",
+            f"register `cairn hook {right}` for {named}" if right else f"register cairn's hooks for {event}",
         )
+    agent = agents.detect(data, None if named is None else str(named))
     session = _str(data, "session_id")
     if not session or not session.strip():
         raise InvalidInput("the hook payload has no session_id", "check the hook's stdin JSON")
-    payload = HookPayload(
-        event,
-        session_key(session.strip()),
-        bool(data.get("stop_hook_active")),
-        **{name: _str(data, name) for name in HookPayload.FIELDS},
-    )
+    fields = {name: _str(data, name) for name in HookPayload.FIELDS if name != "agent"}
+    fields["last_assistant_message"] = _str(data, agents.RESPONSE_FIELD[agent])
+    payload = HookPayload(event, session_key(session.strip()), bool(data.get("stop_hook_active")), **fields)
+    payload.agent = agent
     # <private> spans never leave this process; the prompt's secrets are redacted where its window is built (the
     # warm daemon, or the fallback), before it is ranked or logged; a response is scrubbed whole (docs/privacy.md)
     if payload.prompt is not None and "<" in payload.prompt:  # the module is imported only when it has work to do
@@ -85,9 +102,9 @@ def parse_payload(raw: bytes | str, event: str) -> HookPayload:
         from cairn_cli.core.redact import scrub
 
         payload.last_assistant_message = scrub(payload.last_assistant_message)
-    if event == PROMPT_EVENT and (payload.prompt is None or not payload.prompt.strip()):
+    if hook == agents.PROMPT and (payload.prompt is None or not payload.prompt.strip()):
         raise InvalidInput(
-            "the UserPromptSubmit payload has no prompt (or only a private span)", "check the hook's stdin JSON"
+            f"the {named or event} payload has no prompt (or only a private span)", "check the hook's stdin JSON"
         )
     return payload
 
@@ -119,5 +136,7 @@ def prompt_request(payload: HookPayload, scope_setting: str) -> PromptRequest:
             "is_subagent": payload.is_subagent,
             "agent_type": payload.agent_type,
             "cwd": payload.cwd,
+            "agent": payload.agent,
+            "turn_id": payload.turn_id,
         },
     )

@@ -1,4 +1,6 @@
-"""cairn's hooks in Claude Code's settings.json: merge them in, take them out, never touch anything else.
+"""cairn's hooks in an agent's settings: Claude Code's `.claude/settings.json`, Codex CLI's `.codex/hooks.json` (the
+same `hooks` shape) and Gemini CLI's `.gemini/settings.json` (its own events, timeouts in milliseconds), at project
+or user level. Merge them in, take them out, never touch anything else.
 
 Stdlib only. Pure functions on dicts plus a small plan / apply pair that reads and atomically writes the file.
 """
@@ -18,31 +20,48 @@ from pathlib import Path
 from cairn_cli.errors import InvalidInput
 from cairn_cli.files import atomic_write
 
-#: event -> (subcommand, timeout in seconds). UserPromptSubmit and Stop take no matcher.
-HOOKS: dict[str, tuple[str, int]] = {"UserPromptSubmit": ("prompt", 10), "Stop": ("stop", 30)}
+#: agent -> event -> (subcommand, timeout in the agent's unit: seconds, Gemini's milliseconds). No matcher.
+AGENT_HOOKS: dict[str, dict[str, tuple[str, int]]] = {
+    "claude": {"UserPromptSubmit": ("prompt", 10), "Stop": ("stop", 30)},
+    "codex": {"UserPromptSubmit": ("prompt", 10), "Stop": ("stop", 30)},
+    "gemini": {"BeforeAgent": ("prompt", 10_000), "AfterAgent": ("stop", 30_000)},
+}
+HOOKS = AGENT_HOOKS["claude"]
+#: agent -> (its folder, its settings file's name)
+FILES = {
+    "claude": (".claude", "settings.json"),
+    "codex": (".codex", "hooks.json"),
+    "gemini": (".gemini", "settings.json"),
+}
 WHERE = ("project", "user")
 _FIX = "fix the file by hand, then run the command again"
 
 
-def hook_entries(command: str) -> dict:
-    """cairn's hooks in settings.json's `hooks` format, for the executable `command`."""
+def hook_entries(command: str, agent: str = "claude") -> dict:
+    """cairn's hooks in the settings' `hooks` format, for the executable `command`."""
     return {
         event: [{"hooks": [{"type": "command", "command": f"{command} hook {sub}", "timeout": timeout}]}]
-        for event, (sub, timeout) in HOOKS.items()
+        for event, (sub, timeout) in AGENT_HOOKS[agent].items()
     }
 
 
 def is_cairn_hook(hook: object) -> bool:
-    """A hook cairn installed: `... hook prompt|stop` run by a `cairn` executable or by `python -m cairn_cli`."""
+    """A hook cairn installed: `... hook prompt|stop` run by a `cairn` executable or by `python -m cairn_cli`, also
+    wrapped (`env X=1 cairn hook prompt`, `sh -c 'cd … && cairn hook stop'`): a reinstall replaces it, never adds a
+    second pair."""
     if not isinstance(hook, dict) or not isinstance(cmd := hook.get("command"), str):
         return False
-    if not cmd.rstrip().endswith((" hook prompt", " hook stop")):
-        return False
     try:
-        first = shlex.split(cmd)[0]
-    except (ValueError, IndexError):
-        first = cmd.split()[0]
-    return Path(first).name == "cairn" or "cairn_cli" in cmd
+        words = shlex.split(cmd)
+    except ValueError:
+        words = cmd.split()
+    words = [w for part in words for w in part.split()]  # a wrapped command's words too (sh -c '…')
+    for i, word in enumerate(words[:-2]):
+        if words[i + 1] == "hook" and words[i + 2].rstrip(";&|)'\"") in ("prompt", "stop"):
+            name = Path(word).name
+            if name == "cairn" or (name == "cairn_cli" and i > 0 and words[i - 1] == "-m"):
+                return True
+    return False
 
 
 def _groups(hooks: dict, event: str) -> list:
@@ -63,11 +82,11 @@ def _is_group(group: object) -> bool:
     return isinstance(group, dict) and isinstance(group.get("hooks"), list)
 
 
-def merge(settings: dict, command: str) -> dict:
+def merge(settings: dict, command: str, agent: str = "claude") -> dict:
     """A copy of `settings` with cairn's hooks in it. Idempotent; a stale cairn entry is replaced in place."""
     out = copy.deepcopy(settings)
     hooks = _hooks_of(out)
-    for event, [wanted_group] in hook_entries(command).items():
+    for event, [wanted_group] in hook_entries(command, agent).items():
         wanted = wanted_group["hooks"][0]
         placed, groups = False, []
         for group in _groups(hooks, event):
@@ -117,11 +136,17 @@ def unmerge(settings: dict) -> dict:
     return out
 
 
-def settings_path(where: str, cwd: Path, home: Path) -> Path:
-    """`project` -> cwd/.claude/settings.json, `user` -> home/.claude/settings.json."""
+def settings_path(where: str, cwd: Path, home: Path, agent: str = "claude") -> Path:
+    """`project` -> cwd/.claude/settings.json, `user` -> home/.claude/settings.json (Codex: .codex/hooks.json, its
+    user level under $CODEX_HOME when set; Gemini: .gemini/settings.json)."""
     if where not in WHERE:
         raise InvalidInput(f"unknown settings location {where!r}", "use 'project' or 'user'")
-    return (cwd if where == "project" else home) / ".claude" / "settings.json"
+    if agent not in FILES:
+        raise InvalidInput(f"unknown agent {agent!r}", f"use one of {', '.join(FILES)}")
+    folder, name = FILES[agent]
+    if agent == "codex" and where == "user" and os.environ.get("CODEX_HOME"):
+        return Path(os.environ["CODEX_HOME"]) / name
+    return (cwd if where == "project" else home) / folder / name
 
 
 def load(path: Path) -> dict:
@@ -168,13 +193,15 @@ class InstallPlan:
     diff: str
 
 
-def plan_install(where: str, command: str, cwd: Path, home: Path, remove: bool = False) -> InstallPlan:
-    """What installing (or, with remove, uninstalling) cairn's hooks would do to the settings file."""
-    path = settings_path(where, cwd, home)
+def plan_install(
+    where: str, command: str, cwd: Path, home: Path, remove: bool = False, agent: str = "claude"
+) -> InstallPlan:
+    """What installing (or, with remove, uninstalling) cairn's hooks would do to the agent's settings file."""
+    path = settings_path(where, cwd, home, agent)
     settings = load(path)
     before = path.read_text(encoding="utf-8") if path.exists() else ""
     try:
-        new = unmerge(settings) if remove else merge(settings, command)
+        new = unmerge(settings) if remove else merge(settings, command, agent)
     except InvalidInput as exc:
         raise InvalidInput(f"{path}: {exc.message}", exc.hint) from None
     changed = new != settings

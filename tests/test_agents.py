@@ -1,0 +1,123 @@
+"""Codex CLI and Gemini CLI beside Claude Code (#29): each agent's own hook payloads, as the real CLIs sent them
+(e2e/samples/hooks, captured by e2e/run_agent.py), drive the same prompt and Stop hooks; Gemini's prompt hook
+answers in the JSON form Gemini injects, its response is read from `prompt_response`, and every turn records the
+agent that sent it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cairn_cli import hook_entry
+from cairn_cli.config import Settings
+from cairn_cli.core.hooks.payload import PROMPT_EVENT, STOP_EVENT, parse_payload
+from cairn_cli.core.store import deliveries, memories
+from cairn_cli.errors import InvalidInput
+from tests.conftest import EXAMPLES, ROOT
+
+pytestmark = pytest.mark.usefixtures("backend")
+
+SAMPLES = ROOT / "e2e" / "samples" / "hooks"
+
+
+def sample(name: str, **changes) -> bytes:
+    data = json.loads((SAMPLES / name).read_text())
+    data.update(changes)
+    data["transcript_path"] = "/nonexistent/transcript.jsonl"  # the CLIs' files are not here
+    return json.dumps(data).encode()
+
+
+@pytest.fixture
+def store(cli):
+    assert cli("memory", "import", EXAMPLES).exit_code == 0
+
+
+def turn_data(session_id: str) -> dict:
+    from cairn_cli.db.tables import HookState
+
+    return HookState.select().where(HookState.session_id == session_id).order_by(HookState.turn.desc()).first().data
+
+
+@pytest.mark.parametrize(
+    ("prompt", "agent"),
+    [
+        ("claude-01-UserPromptSubmit.json", "claude"),
+        ("codex-01-UserPromptSubmit.json", "codex"),
+        ("gemini-01-BeforeAgent.json", "gemini"),
+    ],
+)
+def test_each_agents_prompt_is_read_and_its_agent_recorded(store, capsys, prompt, agent):
+    payload = parse_payload(sample(prompt), PROMPT_EVENT)
+    assert payload.agent == agent and payload.prompt
+    assert hook_entry.run_prompt(sample(prompt)) == 0
+    out = capsys.readouterr().out
+    if agent == "gemini":  # only a JSON answer's additionalContext reaches Gemini's model
+        answer = json.loads(out)
+        assert answer["hookSpecificOutput"]["hookEventName"] == "BeforeAgent"
+        assert '<memory id="' in answer["hookSpecificOutput"]["additionalContext"]
+    else:
+        assert out.startswith("<cairn-rules") and '<memory id="' in out
+    data = turn_data(payload.session_id)
+    assert data["agent"] == agent
+    assert data.get("turn_id") == (json.loads((SAMPLES / prompt).read_text()).get("turn_id"))
+
+
+def test_a_gemini_stop_reads_prompt_response_applies_grades_and_writes_the_memory(store, capsys):
+    assert hook_entry.run_prompt(sample("gemini-01-BeforeAgent.json")) == 0
+    shown = [
+        int(x.split('"')[0])
+        for x in json.loads(capsys.readouterr().out)["hookSpecificOutput"]["additionalContext"].split('<memory id="')[
+            1:
+        ]
+    ]
+    response = (
+        "The api proxy forwards /api to port 8080.\n"
+        f'[cm]{{"m": [{{"content": "Gemini sessions see the webshop proxy on port 8080", "scope": "webshop"}}], '
+        f'"rg": ["{shown[0]}:3"]}}[/cm]'
+    )
+    raw = sample("gemini-02-AfterAgent.json", prompt_response=response)
+    assert parse_payload(raw, STOP_EVENT).last_assistant_message.startswith("The api proxy")
+    assert hook_entry.run_stop(raw) == 0
+    session = parse_payload(raw, STOP_EVENT).session_id
+    rows = {r.memory_id: r for r in deliveries.list_deliveries(Settings(), session_id=session)}
+    assert rows[shown[0]].grade == 3
+    assert any(
+        m.content == "Gemini sessions see the webshop proxy on port 8080" for m in memories.list_memories(Settings())
+    )
+
+
+def test_a_codex_stop_applies_its_cm_block(store, capsys):
+    assert hook_entry.run_prompt(sample("codex-01-UserPromptSubmit.json")) == 0
+    shown = [int(x.split('"')[0]) for x in capsys.readouterr().out.split('<memory id="')[1:]]
+    message = (
+        f'Port 8080.\n[cm]{{"m": ["Codex sessions share the store with Claude Code"], "rg": ["{shown[0]}:2"]}}[/cm]'
+    )
+    raw = sample("codex-02-Stop.json", last_assistant_message=message)
+    assert hook_entry.run_stop(raw) == 0
+    session = parse_payload(raw, STOP_EVENT).session_id
+    rows = {r.memory_id: r for r in deliveries.list_deliveries(Settings(), session_id=session)}
+    assert rows[shown[0]].grade == 2
+
+
+@pytest.mark.parametrize(
+    ("event", "hook", "advice"),
+    [("AfterAgent", PROMPT_EVENT, "cairn hook stop"), ("BeforeAgent", STOP_EVENT, "cairn hook prompt")],
+)
+def test_a_payload_for_the_other_hook_names_the_right_command(event, hook, advice):
+    raw = json.dumps({"session_id": "s", "hook_event_name": event, "prompt": "x", "prompt_response": "y"})
+    with pytest.raises(InvalidInput) as caught:
+        parse_payload(raw, hook)
+    assert f"register `{advice}` for {event}" in caught.value.one_line()
+
+
+def test_a_memory_written_in_a_codex_session_is_found_in_a_claude_session_of_the_project(store, capsys):
+    assert hook_entry.run_prompt(sample("codex-01-UserPromptSubmit.json")) == 0
+    capsys.readouterr()
+    message = (
+        '[cm]{"m": [{"content": "The nginx proxy of the webshop forwards /api to port 8080", "scope": "webshop"}]}[/cm]'
+    )
+    assert hook_entry.run_stop(sample("codex-02-Stop.json", last_assistant_message=message)) == 0
+    claude = sample("claude-01-UserPromptSubmit.json", prompt="which port does nginx forward /api to?")
+    assert hook_entry.run_prompt(claude) == 0
+    assert "The nginx proxy of the webshop forwards /api to port 8080" in capsys.readouterr().out
