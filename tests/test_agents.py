@@ -121,3 +121,31 @@ def test_a_memory_written_in_a_codex_session_is_found_in_a_claude_session_of_the
     claude = sample("claude-01-UserPromptSubmit.json", prompt="which port does nginx forward /api to?")
     assert hook_entry.run_prompt(claude) == 0
     assert "The nginx proxy of the webshop forwards /api to port 8080" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["codex-rollout.jsonl", "gemini-chat.jsonl", "gemini-chat-two-files.jsonl"])
+def test_codex_rollouts_and_gemini_chats_are_read_as_turns(name):
+    from cairn_cli.core.transcript import read_transcript
+
+    transcript = read_transcript(ROOT / "e2e" / "samples" / name)
+    assert transcript.errors == []
+    turns = transcript.turns()
+    assert [t.prompt.text for t in turns] == [
+        "Which port does the webshop api proxy forward /api to?",
+        "How do I run the webshop tests?",
+    ]  # the environment / session context and the hook output are not the user's words
+    assert all(len(t.responses) == 1 and "[cm]" in t.responses[0].text for t in turns)
+    assert "hook_context" not in json.dumps([m.text for m in transcript.messages])
+
+
+@pytest.mark.parametrize("name", ["codex-rollout.jsonl", "gemini-chat.jsonl"])
+def test_the_window_of_a_codex_or_gemini_turn_holds_the_turns_before(name):
+    from cairn_cli.core.ranking.context import build_context_window
+
+    window = build_context_window(
+        "where do deploys run from?", ROOT / "e2e" / "samples" / name, max_turns=3, max_chars=4000
+    )
+    assert window.turns_used == 2 and window.notes == []
+    assert "user: Which port does the webshop api proxy forward /api to?" in window.text
+    assert "user: How do I run the webshop tests?" in window.text
+    assert "assistant: The fake model answered" in window.text and "[cm]" not in window.text

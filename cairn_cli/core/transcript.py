@@ -1,4 +1,8 @@
-"""Read a Claude Code transcript (`~/.claude/projects/<slug>/<session>.jsonl`) into messages and turns.
+"""Read an agent's transcript into messages and turns: Claude Code's (`~/.claude/projects/<slug>/<session>.jsonl`),
+Codex CLI's rollout (`~/.codex/sessions/…/rollout-*.jsonl`: `response_item` messages; the developer messages, which
+hold hook output, and the environment context are not the user's words) and Gemini CLI's chat log
+(`~/.gemini/tmp/<project>/chats/*.jsonl`: `user` / `gemini` lines, `$set` lines that replace the message list;
+a user line's `displayContent` is what was typed, without the `<hook_context>` Gemini appended).
 
 On the Stop hook's hot path: stdlib and orjson only, no printing, and a bad line is recorded, never fatal.
 Claude Code writes one assistant reply as several `type:"assistant"` lines sharing `message.id` (one content
@@ -142,6 +146,8 @@ def read_transcript(path: str | os.PathLike[str], *, max_bytes: int | None = Non
         if not isinstance(entry, dict):
             transcript.errors.append(f"line {n + 1}: not a JSON object")
             continue
+        if "message" not in entry and _other_agents(entry, n, transcript):
+            continue
         role = entry.get("type")
         if role not in ("user", "assistant"):
             continue  # progress, system, file-history-snapshot, queue-operation, summary, ...
@@ -170,6 +176,53 @@ def read_transcript(path: str | os.PathLike[str], *, max_bytes: int | None = Non
 
         transcript.messages = [dataclasses.replace(m, text=scrub(m.text)) if m.text else m for m in transcript.messages]
     return transcript
+
+
+_META_PREFIXES = ("<environment_context>", "<user_instructions>", "<session_context>", "<skills_instructions>")
+
+
+def _other_agents(entry: dict, n: int, transcript: Transcript) -> bool:
+    """A Codex rollout or Gemini chat line, read into `transcript`; False for a line of neither (Claude Code's)."""
+    payload = entry.get("payload")
+    if entry.get("type") == "response_item" and isinstance(payload, dict):  # Codex
+        if payload.get("type") == "message" and payload.get("role") in ("user", "assistant"):
+            texts = [c.get("text") for c in payload.get("content") or [] if isinstance(c, dict)]
+            text = "\n".join(t for t in texts if isinstance(t, str) and t.strip())
+            role = payload["role"]
+            kind = (
+                "response" if role == "assistant" else "meta" if text.lstrip().startswith(_META_PREFIXES) else "prompt"
+            )
+            given = payload.get("id")
+            message_id = given if isinstance(given, str) else f"line-{n}"
+            transcript.messages.append(_message(entry, role, text, kind, message_id, n))
+        return True
+    if isinstance(entry.get("$set"), dict):  # Gemini: a patch; `messages` replaces the list
+        listed = entry["$set"].get("messages")
+        if isinstance(listed, list):
+            transcript.messages = [m for m in (_gemini(x, n) for x in listed if isinstance(x, dict)) if m]
+        return True
+    if entry.get("type") in ("user", "gemini") and "content" in entry:
+        message = _gemini(entry, n)
+        if message is not None:
+            transcript.messages.append(message)
+        return True
+    return "sessionId" in entry and "projectHash" in entry  # Gemini's header line
+
+
+def _gemini(entry: dict, n: int) -> Message | None:
+    """One Gemini chat message: a user's typed text (its `displayContent`: without the hook context) or a reply."""
+    role = "assistant" if entry.get("type") == "gemini" else "user" if entry.get("type") == "user" else None
+    if role is None:
+        return None
+    content = entry.get("displayContent") if role == "user" and entry.get("displayContent") else entry.get("content")
+    if isinstance(content, str):
+        text = content
+    else:
+        parts = [c.get("text") for c in content or [] if isinstance(c, dict)]
+        text = "\n".join(t for t in parts if isinstance(t, str) and not t.startswith("<hook_context>"))
+    kind = "response" if role == "assistant" else "meta" if text.lstrip().startswith(_META_PREFIXES) else "prompt"
+    given = entry.get("id")
+    return _message(entry, role, text, kind, given if isinstance(given, str) else f"line-{n}", n)
 
 
 def _message(entry: dict, role: str, text: str, kind: str, message_id: str, line_no: int) -> Message:
