@@ -60,6 +60,8 @@ def test_each_agents_prompt_is_read_and_its_agent_recorded(store, capsys, prompt
         assert out.startswith("<cairn-rules") and '<memory id="' in out
     data = turn_data(payload.session_id)
     assert data["agent"] == agent
+    rows = deliveries.list_deliveries(Settings(), session_id=payload.session_id)
+    assert rows and {r.agent for r in rows} == {agent}  # the delivery log records the agent
     assert data.get("turn_id") == (json.loads((SAMPLES / prompt).read_text()).get("turn_id"))
 
 

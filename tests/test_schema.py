@@ -105,6 +105,7 @@ EPHEMERAL_SCHEMA = {
         "instance",
         "grade_propensity",
         "grade_asked",
+        "agent",
     ],
     "evidence_applied": ["id", "session_id", "turn", "memory_id", "kind", "applied_at"],
     "hook_state": [

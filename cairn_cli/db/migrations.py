@@ -458,6 +458,18 @@ def _deliveries_grade_propensity(db: peewee.Database) -> None:
     )
 
 
+def _deliveries_agent(db: peewee.Database) -> None:
+    """Which agent a delivery went to (claude, codex, gemini: core/hooks/agents.py); old rows stay NULL (Claude Code's
+    hooks were the only ones)."""
+    from playhouse.migrate import SchemaMigrator, migrate
+
+    migrate(
+        SchemaMigrator.from_database(db).add_column(
+            "memory_deliveries", "agent", peewee.CharField(max_length=20, null=True)
+        )
+    )
+
+
 MEMORY_MIGRATIONS: list[Migration] = [
     ("0001_memories", _memories_v1),
     ("0002_machine_state", _machine_state_v1),
@@ -484,6 +496,7 @@ EPHEMERAL_MIGRATIONS: list[Migration] = [
         ),
     ),
     ("0008_deliveries_grade_propensity", _deliveries_grade_propensity),
+    ("0009_deliveries_agent", _deliveries_agent),
 ]
 
 REGISTRIES: dict[str, list[Migration]] = {"memory": MEMORY_MIGRATIONS, "ephemeral": EPHEMERAL_MIGRATIONS}

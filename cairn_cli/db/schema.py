@@ -26,5 +26,6 @@ MIGRATIONS: dict[str, tuple[str, ...]] = {
         "0006_deliveries_instance",
         "0007_double_precision",
         "0008_deliveries_grade_propensity",
+        "0009_deliveries_agent",
     ),
 }

@@ -168,6 +168,7 @@ class MemoryDelivery(_EphemeralBase):
     instance = peewee.CharField(max_length=100, null=True, default=writing_instance)  # the machine that delivered
     grade_propensity = peewee.DoubleField(null=True)  # P(the turn asked for grades); NULL: before demotion, or no hook
     grade_asked = peewee.BooleanField(null=True)  # whether it did; NULL: asked (every turn was, before demotion)
+    agent = peewee.CharField(max_length=20, null=True)  # claude | codex | gemini (a hook's turn); NULL: none or older
 
     class Meta:
         table_name = "memory_deliveries"

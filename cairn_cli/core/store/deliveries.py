@@ -30,6 +30,7 @@ class DeliveryInput:
     arm: str | None = None
     grade_propensity: float | None = None  # the probability the turn asked for grades (None: not a hook's turn)
     grade_asked: bool | None = None  # whether the turn's rules asked for rg grades (None: not a hook's turn)
+    agent: str | None = None  # the agent whose hook asked (core/hooks/agents.py); None: not a hook's turn
 
 
 @dataclass
@@ -58,6 +59,7 @@ class DeliveryView:
     arm: str | None = None
     grade_propensity: float | None = None
     grade_asked: bool | None = None
+    agent: str | None = None
 
 
 def next_turn(session_id: str, settings: Settings) -> int:
@@ -145,6 +147,7 @@ def _view(row) -> DeliveryView:
         arm=row.arm,
         grade_propensity=row.grade_propensity,
         grade_asked=row.grade_asked,
+        agent=row.agent,
     )
 
 
