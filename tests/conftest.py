@@ -51,6 +51,7 @@ def cairn_home(tmp_path, monkeypatch):
             monkeypatch.delenv(name)
     home = tmp_path / "home"
     monkeypatch.setenv("CAIRN_HOME", str(home))
+    monkeypatch.setenv("HOME", str(tmp_path / "userhome"))  # no user's agent settings (~/.claude, ~/.codex) leak in
     monkeypatch.setenv("CAIRN_EMBED_MODEL", "hashing")
     monkeypatch.setenv("CAIRN_DAEMON", "off")  # rank in-process unless a test starts a real daemon
     monkeypatch.setenv("CAIRN_AB_SEED", "tests")  # arms drawn reproducibly

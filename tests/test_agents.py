@@ -151,3 +151,34 @@ def test_the_window_of_a_codex_or_gemini_turn_holds_the_turns_before(name):
     assert "user: Which port does the webshop api proxy forward /api to?" in window.text
     assert "user: How do I run the webshop tests?" in window.text
     assert "assistant: The fake model answered" in window.text and "[cm]" not in window.text
+
+
+def test_doctor_says_why_each_agents_hooks_would_not_run(cli, tmp_path, monkeypatch):
+    home, project = tmp_path / "userhome", tmp_path / "webshop"
+    for folder in (".claude", ".codex", ".gemini"):
+        (home / folder).mkdir(parents=True)
+    project.mkdir()
+    monkeypatch.chdir(project)
+    monkeypatch.delenv("CODEX_HOME", raising=False)
+    monkeypatch.delenv("GEMINI_CLI_TRUST_WORKSPACE", raising=False)
+
+    def findings() -> list[str]:
+        result = cli("doctor", "--only", "hooks", "--json")
+        return [f"{f['status']} {f['message']} | {f['fix']}" for f in json.loads(result.stdout)["findings"]]
+
+    before = findings()
+    assert len(before) == 3 and all(f.startswith("warn") and "not installed" in f for f in before)
+    assert any("cairn hook install --agent gemini" in f for f in before)
+    for agent in ("claude", "codex", "gemini"):
+        assert cli("hook", "install", "--agent", agent).exit_code == 0
+    after = findings()
+    assert any(f.startswith("ok claude: hooks installed (project)") for f in after)
+    assert any(
+        f.startswith("warn codex: this project is not trusted") and 'trust_level = "trusted"' in f for f in after
+    )
+    assert any(f.startswith("warn gemini: this folder is not trusted") for f in after)
+    (home / ".codex" / "config.toml").write_text(f'[projects."{project}"]\ntrust_level = "trusted"\n')
+    (home / ".gemini" / "trustedFolders.json").write_text(json.dumps({str(project): "TRUST_FOLDER"}))
+    trusted = findings()
+    assert all(f.startswith("ok") for f in trusted), trusted
+    assert cli("doctor", "--only", "hooks").exit_code == 0

@@ -7,7 +7,9 @@ Checks (each a function below, in the order a person would look):
 - spool: Stops waiting because their transaction could not be written in time (core/hooks/spool.py); apply:
   applies them now, oldest first, each once;
 - retention: the delivery log's long text older than CAIRN_RETENTION_DAYS (core/store/retention.py); apply: expires
-  it now (the daemon does it once a day).
+  it now (the daemon does it once a day);
+- hooks: for each agent used on this machine (Claude Code, Codex CLI, Gemini CLI), why its hooks would not run —
+  not installed, a project Codex does not trust, a folder or hook Gemini does not trust — with the fix.
 
 Doctor opens the stores itself (the point of it is whether they open) and never creates one.
 """
@@ -23,7 +25,7 @@ from cairn_cli import config
 from cairn_cli.config import Settings
 
 OK, WARN, ERROR = "ok", "warn", "error"
-CHECKS = ("home", "stores", "spool", "retention")
+CHECKS = ("home", "stores", "spool", "retention", "hooks")
 
 
 @dataclass
@@ -68,7 +70,111 @@ def diagnose(
         )
     if only in (None, "retention") and opened:
         report.findings += check_retention(settings, apply=apply)
+    if only in (None, "hooks"):
+        from pathlib import Path
+
+        report.findings += check_hooks(Path.cwd(), Path.home(), dict(os.environ))
     return report
+
+
+# -- hooks ---------------------------------------------------------------------------------------------------------
+
+
+def check_hooks(cwd, home, env: dict) -> list:
+    """Per agent: its hooks installed (project or user level) where the agent is used, and the trust it needs
+    before it runs them. An agent with no folder in the home is not used here: nothing to say."""
+    import tomllib
+    from pathlib import Path
+
+    from cairn_cli.core.hooks import agent_settings as cs
+
+    out = []
+    for agent, (folder, _) in cs.FILES.items():
+        agent_home = home / folder if agent != "codex" or not env.get("CODEX_HOME") else Path(env["CODEX_HOME"])
+        installed = [w for w in cs.WHERE if _has_cairn_hooks(cs.settings_path(w, cwd, home, agent))]
+        if not installed:
+            if agent_home.is_dir():
+                out.append(
+                    Finding(
+                        "hooks",
+                        WARN,
+                        f"{agent}: cairn's hooks are not installed (neither here nor for the user)",
+                        f"cairn hook install --agent {agent} (--user for every project)",
+                    )
+                )
+            continue
+        where = " and ".join(installed)
+        if agent == "codex":
+            try:
+                config_toml = tomllib.loads((agent_home / "config.toml").read_text(encoding="utf-8"))
+            except (OSError, tomllib.TOMLDecodeError):
+                config_toml = {}
+            projects = config_toml.get("projects")
+            entry = projects.get(str(cwd)) if isinstance(projects, dict) else None
+            trusted = isinstance(entry, dict) and entry.get("trust_level") == "trusted"
+            if "project" in installed and not trusted:
+                out.append(
+                    Finding(
+                        "hooks",
+                        WARN,
+                        f"codex: this project is not trusted, so Codex ignores its hooks ({cwd})",
+                        f'add [projects."{cwd}"] trust_level = "trusted" to {agent_home / "config.toml"}',
+                    )
+                )
+                continue
+            out.append(
+                Finding(
+                    "hooks",
+                    OK,
+                    f"codex: hooks installed ({where}); Codex runs a hook only once you have trusted it — review "
+                    "them in Codex once, or it skips them without a word",
+                )
+            )
+        elif agent == "gemini":
+            trusted = env.get("GEMINI_CLI_TRUST_WORKSPACE") == "true" or _gemini_trusts(agent_home, cwd)
+            if "project" in installed and not trusted:
+                out.append(
+                    Finding(
+                        "hooks",
+                        WARN,
+                        f"gemini: this folder is not trusted, so Gemini loads no project hooks ({cwd})",
+                        "open it in Gemini CLI and trust it (or install with --user)",
+                    )
+                )
+                continue
+            out.append(Finding("hooks", OK, f"gemini: hooks installed ({where})"))
+        else:
+            out.append(Finding("hooks", OK, f"{agent}: hooks installed ({where})"))
+    return out
+
+
+def _has_cairn_hooks(path) -> bool:
+    from cairn_cli.core.hooks import agent_settings as cs
+    from cairn_cli.errors import InvalidInput
+
+    try:
+        hooks = cs.load(path).get("hooks") or {}
+    except InvalidInput:
+        return False
+    groups = [g for event in hooks.values() if isinstance(event, list) for g in event if isinstance(g, dict)]
+    return any(cs.is_cairn_hook(h) for g in groups for h in g.get("hooks") or [])
+
+
+def _gemini_trusts(gemini_home, cwd) -> bool:
+    """Whether Gemini CLI's trusted folders (~/.gemini/trustedFolders.json) hold this folder or a parent of it."""
+    import json
+
+    try:
+        folders = json.loads((gemini_home / "trustedFolders.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if not isinstance(folders, dict):
+        return False
+    return any(
+        str(cwd) == path or str(cwd).startswith(path.rstrip("/") + "/")
+        for path, level in folders.items()
+        if isinstance(path, str) and str(level).upper().startswith("TRUST")
+    )
 
 
 # -- home ----------------------------------------------------------------------------------------------------------
