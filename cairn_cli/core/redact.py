@@ -6,8 +6,8 @@ counting form (replay's report, `cairn redact --scan`); `assess(text)` tells a m
 One set of patterns: shaped tokens first (the formats secret scanners document: cloud keys, GitHub / GitLab / Slack /
 Stripe / OpenAI / Anthropic / Hugging Face / npm / PyPI tokens, JWTs, private-key blocks), then keyed values (a
 connection URL's password, an `Authorization:` header, a SAS signature), then `name = value` assignments whose name
-names a secret, then a high-entropy string next to a secret-like word ("my token is 8f3Kx…"). Stdlib only and
-compiled at import: the prompt hook's hot path pays no heavy import."""
+names a secret, then a high-entropy string next to a secret-like word ("my token is 8f3Kx…"). Stdlib only, each
+pattern compiled the first time a text needs it: the prompt hook's hot path pays no heavy import."""
 
 from __future__ import annotations
 
@@ -327,7 +327,13 @@ def _is_value(key: str, value: str, bare: bool) -> bool:
     return not (key.lower().rsplit("_", 1)[-1] == "pwd" and value.startswith("/"))
 
 
-_ASCII_LOWER = {c: c + 32 for c in range(ord("A"), ord("Z") + 1)}  # str.lower() may change a text's length
+_ASCII_LOWER = {c: c + 32 for c in range(ord("A"), ord("Z") + 1)}
+
+
+def _lowered(text: str) -> str:
+    """`text` in lower case, position for position (str.lower() makes "İ" two characters: then ASCII only)."""
+    lowered = text.lower()
+    return lowered if len(lowered) == len(text) else text.translate(_ASCII_LOWER)
 
 
 def strip_private(text: str) -> str:
@@ -336,7 +342,7 @@ def strip_private(text: str) -> str:
     this and nothing else (the secrets are redacted where the window is built, in the warm daemon)."""
     if "<" not in text:
         return text
-    lowered = text.translate(_ASCII_LOWER)
+    lowered = _lowered(text)
     start = lowered.find("<private>")
     if start < 0:
         return text
@@ -465,9 +471,7 @@ def _around(text: str, triggers: tuple[str, ...], scan: Callable[[str], str]) ->
     up to _AFTER characters on), not to the whole: a key that names a secret holds one of these words, so a long
     text with a few of them costs a few short scans. Overlapping parts are merged; a part starts where a word
     starts, so that a key is never read from its middle."""
-    lowered = text.lower()
-    if len(lowered) != len(text):  # a character whose lower case is longer ("İ"): positions must hold
-        lowered = text.translate(_ASCII_LOWER)
+    lowered = _lowered(text)
     spans = []
     for word in triggers:
         at = lowered.find(word)
@@ -499,10 +503,6 @@ def redact(text: str) -> tuple[str, dict[str, int]]:
 def scrub(text: str) -> str:
     """What every entrance stores, logs or ranks: `<private>` spans removed, then secrets redacted."""
     return _redact(strip_private(text)).text
-
-
-def scrub_optional(text: str | None) -> str | None:
-    return None if text is None else scrub(text)
 
 
 MOSTLY = 0.5  # a memory whose secret characters are at least this share of its text is refused
@@ -543,12 +543,26 @@ class ScrubbingStream:
         return getattr(self._stream, name)
 
 
-def scrub_tree(value):
-    """`value` (JSON-like: dicts, lists, strings) with every string scrubbed: a record written whole (the spool)."""
+def transform_strings(value, transform: Callable[[str], tuple[str, int]]) -> tuple[object, int]:
+    """A JSON-like value (dicts, lists, strings) with each string transformed; how many replacements were made."""
     if isinstance(value, str):
-        return scrub(value)
+        return transform(value)
     if isinstance(value, dict):
-        return {k: scrub_tree(v) for k, v in value.items()}
+        total, out = 0, {}
+        for k, v in value.items():
+            out[k], n = transform_strings(v, transform)
+            total += n
+        return out, total
     if isinstance(value, list):
-        return [scrub_tree(v) for v in value]
-    return value
+        total, items = 0, []
+        for v in value:
+            item, n = transform_strings(v, transform)
+            items.append(item)
+            total += n
+        return items, total
+    return value, 0
+
+
+def scrub_tree(value):
+    """`value` (JSON-like) with every string scrubbed: a record written whole (the spool, a replay run)."""
+    return transform_strings(value, lambda text: (scrub(text), 0))[0]

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cairn_cli.config import Settings
-from cairn_cli.core.privacy.stored import Rewrites, compact_sqlite, rewrite_files, rewrite_tables, tainted_learners
+from cairn_cli.core.privacy.stored import Rewrites, compact_stores, rewrite_files, rewrite_tables, tainted_learners
 from cairn_cli.core.redact import placeholder
 from cairn_cli.errors import InvalidInput, NotFound
 
@@ -101,8 +101,6 @@ def forget(
     literals = sorted({t for t in texts + merged if len(t) >= _MIN_LITERAL}, key=len, reverse=True)
     parts = [re.escape(t) for t in literals] + ([regex.pattern] if regex is not None else [])
     purge = re.compile("|".join(f"(?:{p})" for p in parts), re.IGNORECASE) if parts else None
-    # another memory's text loses only what --pattern names: a forgotten memory's text is purged from the log, the
-    # spool and the exports, never cut out of a memory the user did not ask to forget
 
     deliveries = MemoryDelivery.select().where(MemoryDelivery.memory_id.in_(chosen)) if chosen else None
     label_times = [d.graded_at or d.engaged_at for d in deliveries] if deliveries is not None else []
@@ -114,7 +112,7 @@ def forget(
             ).where(MemoryDelivery.graded_at.is_null(False) | MemoryDelivery.engaged_at.is_null(False))
             if purge.search(d.context_window or "")
         ]
-    report.learners = tainted_learners(label_times, settings)
+    report.learners = tainted_learners(label_times)
 
     with db.transaction("memory"):
         if chosen:
@@ -140,6 +138,8 @@ def forget(
             return purge.subn(FORGOTTEN, text)
 
         def in_memories(text: str) -> tuple[str, int]:
+            """Another memory loses only what --pattern names: a forgotten memory's text is purged from the log, the
+            spool and the exports, never cut out of a memory the user did not ask to forget."""
             return regex.subn(FORGOTTEN, text) if regex is not None else (text, 0)
 
         rewrite_tables(
@@ -147,7 +147,7 @@ def forget(
         )
         rewrite_files(home, transform, apply=not dry_run, out=report.purged)
     if not dry_run:
-        report.notes += compact_sqlite(settings)
+        report.notes += compact_stores()
         _audit(report, settings)
     return report
 

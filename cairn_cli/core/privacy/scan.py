@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cairn_cli.config import Settings
-from cairn_cli.core.privacy.stored import Rewrites, compact_sqlite, rewrite_files, rewrite_tables
+from cairn_cli.core.privacy.stored import Rewrites, compact_stores, rewrite_files, rewrite_tables
 from cairn_cli.core.redact import redact, strip_private
 
 
@@ -50,7 +50,7 @@ def scan(settings: Settings, home: Path, *, dry_run: bool = False) -> ScanReport
             "embed`; one that is now mostly a placeholder can go with `cairn forget ID`"
         )
     if not dry_run and report.total:
-        report.notes += compact_sqlite(settings)
+        report.notes += compact_stores()
         from cairn_cli.core.store import state
 
         state.put(

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cairn_cli.clock import utcnow
-from cairn_cli.config import Settings
+from cairn_cli.core.redact import transform_strings
 
 # a transform: (text) -> (new text, how many things it replaced)
 Transform = Callable[[str], tuple[str, int]]
@@ -49,26 +49,6 @@ class Rewrites:
         }
 
 
-def _tree(value, transform: Transform) -> tuple[object, int]:
-    """A JSON value with each string transformed; how many replacements."""
-    if isinstance(value, str):
-        return transform(value)
-    if isinstance(value, dict):
-        total, out = 0, {}
-        for k, v in value.items():
-            out[k], n = _tree(v, transform)
-            total += n
-        return out, total
-    if isinstance(value, list):
-        total, items = 0, []
-        for v in value:
-            item, n = _tree(v, transform)
-            items.append(item)
-            total += n
-        return items, total
-    return value, 0
-
-
 def rewrite_tables(
     transform: Transform,
     *,
@@ -100,7 +80,7 @@ def rewrite_tables(
             if mem.id in skip:
                 continue
             content, n = memory_transform(mem.content)
-            keywords, k = _tree(list(mem.keywords or []), memory_transform)
+            keywords, k = transform_strings(list(mem.keywords or []), memory_transform)
             out.count("memories", n + k)
             if n + k and apply:
                 mem.content, mem.keywords = content, keywords
@@ -112,7 +92,7 @@ def rewrite_tables(
                 out.memories.append(mem.id)
         for merge in MemoryMerge.select().iterator():
             content, n = transform(merge.content)
-            keywords, k = _tree(list(merge.keywords or []), transform)
+            keywords, k = transform_strings(list(merge.keywords or []), transform)
             out.count("memory_merges", n + k)
             if n + k and apply:
                 MemoryMerge.update(content=content, keywords=keywords).where(MemoryMerge.id == merge.id).execute()
@@ -122,8 +102,8 @@ def rewrite_tables(
             if n and apply:
                 ReplayCall.update(answer=answer).where(ReplayCall.key == call.key).execute()
         for run in ReplayRun.select(ReplayRun.id, ReplayRun.config, ReplayRun.report).iterator():
-            config_value, n = _tree(run.config, transform)
-            report, m = _tree(run.report, transform)
+            config_value, n = transform_strings(run.config, transform)
+            report, m = transform_strings(run.report, transform)
             out.count("replay_runs", n + m)
             if n + m and apply:
                 ReplayRun.update(config=config_value, report=report).where(ReplayRun.id == run.id).execute()
@@ -137,7 +117,7 @@ def rewrite_tables(
             if n and apply:
                 MemoryDelivery.update(context_window=window).where(MemoryDelivery.id == delivery.id).execute()
         for hook in HookState.select(HookState.id, HookState.data, HookState.transcript_path).iterator():
-            data, n = _tree(hook.data, transform)
+            data, n = transform_strings(hook.data, transform)
             out.count("hook_state", n)
             if n and apply:
                 HookState.update(data=data).where(HookState.id == hook.id).execute()
@@ -162,14 +142,14 @@ def _rewrite_json_lines(text: str, transform: Transform) -> tuple[str, int]:
     """A JSON (or JSONL) text with its strings transformed, so that a replacement never breaks its syntax; other
     text transformed whole."""
     try:
-        value, n = _tree(json.loads(text), transform)
+        value, n = transform_strings(json.loads(text), transform)
         return (json.dumps(value, ensure_ascii=False) if n else text), n
     except ValueError:
         pass
     lines, total = [], 0
     for line in text.splitlines(keepends=True):
         try:
-            value, n = _tree(json.loads(line), transform)
+            value, n = transform_strings(json.loads(line), transform)
         except ValueError:
             new, n = transform(line)
             lines.append(new)
@@ -209,16 +189,15 @@ def rewrite_files(home: Path, transform: Transform, *, apply: bool, out: Rewrite
             atomic_write(path, new, mode=path.stat().st_mode & 0o777)
 
 
-def compact_sqlite(settings: Settings) -> list[str]:
-    """Each SQLite store compacted (db.compact): what was deleted or rewritten is gone from the files too, not only
-    from the rows; what could not be compacted."""
+def compact_stores() -> list[str]:
+    """Each store compacted (db.compact): what was deleted or rewritten is gone from the files too, not only from
+    the rows; what could not be compacted."""
     from cairn_cli import db
 
-    del settings  # the stores are bound
     return [note for note in (db.compact(kind) for kind in ("memory", "ephemeral")) if note]
 
 
-def tainted_learners(labelled_before: Iterable[object], settings: Settings) -> list[dict]:
+def tainted_learners(labelled_before: Iterable[object]) -> list[dict]:
     """The deployed learners (student, learned profile, learned embedder) deployed after one of these label times:
     they were trained on text that is now forgotten. The next training no longer sees it (its rows are gone)."""
     from cairn_cli.core.learning.deploy import DEPLOY_KEY
