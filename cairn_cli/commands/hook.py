@@ -1,5 +1,5 @@
-"""`cairn hook prompt|stop` (what Claude Code runs; entry.py runs them without Typer on the hot path) and
-`cairn hook install|uninstall` (cairn's hooks in Claude Code's settings.json)."""
+"""`cairn hook prompt|stop` (what Claude Code, Codex CLI and Gemini CLI run; entry.py runs them without Typer on the
+hot path) and `cairn hook install|uninstall` (cairn's hooks in each agent's settings)."""
 
 from __future__ import annotations
 
@@ -77,7 +77,8 @@ def uninstall(project: Where = True, agent: Agent = "claude", dry_run: DryRun = 
 
 
 def prompt() -> None:
-    """UserPromptSubmit hook: reads Claude Code's JSON on stdin, prints the rules and memories to inject.
+    """Prompt hook (Claude Code and Codex CLI: UserPromptSubmit; Gemini CLI: BeforeAgent): reads the agent's JSON
+    on stdin, prints the rules and memories to inject (for Gemini, as the JSON it injects).
 
     Never fails the prompt: errors go to $CAIRN_HOME/logs/hook.log and the exit code is 0.
     Example: echo '{"session_id": "s1", "prompt": "why do the tests fail?", "cwd": "/src/webshop"}' | cairn hook prompt
@@ -89,7 +90,8 @@ def prompt() -> None:
 
 
 def stop() -> None:
-    """Stop hook: applies the response's [cm] block (memories, grades, cu / -!) and engagement; prints nothing.
+    """Stop hook (Claude Code and Codex CLI: Stop; Gemini CLI: AfterAgent): applies the response's [cm] block
+    (memories, grades, cu / -!) and engagement; prints nothing.
 
     Never fails the session: errors go to $CAIRN_HOME/logs/hook.log and the exit code is 0.
     Example: echo '{"session_id": "s1", "last_assistant_message": "... [cm]{}[/cm]"}' | cairn hook stop

@@ -8,8 +8,10 @@ Checks (each a function below, in the order a person would look):
   applies them now, oldest first, each once;
 - retention: the delivery log's long text older than CAIRN_RETENTION_DAYS (core/store/retention.py); apply: expires
   it now (the daemon does it once a day);
-- hooks: for each agent used on this machine (Claude Code, Codex CLI, Gemini CLI), why its hooks would not run —
-  not installed, a project Codex does not trust, a folder or hook Gemini does not trust — with the fix.
+- hooks: for each agent used on this machine (Claude Code, Codex CLI, Gemini CLI), why its hooks would not run or
+  would run without effect — not installed, a project Codex does not trust (and the hook trust Codex keeps to
+  itself), a folder Gemini does not trust, a cairn executable that is no longer there, a store that does not open,
+  the daemon down (the lexical fallback ranks) — with the fix.
 
 Doctor opens the stores itself (the point of it is whether they open) and never creates one.
 """
@@ -73,22 +75,38 @@ def diagnose(
     if only in (None, "hooks"):
         from pathlib import Path
 
-        report.findings += check_hooks(Path.cwd(), Path.home(), dict(os.environ))
+        broken = next((f for f in stores if f.status == ERROR), None)
+        report.findings += check_hooks(
+            Path.cwd(), Path.home(), dict(os.environ), store_error=broken, daemon=lambda: _daemon_state(home)
+        )
     return report
+
+
+def _daemon_state(home: str) -> tuple[str, str]:
+    """The daemon's state and what it means for the hooks (the prompt hook starts a stopped daemon itself)."""
+    from pathlib import Path
+
+    from cairn_cli.daemon import control
+
+    status = control.status(Path(home))
+    return status.state, status.detail
 
 
 # -- hooks ---------------------------------------------------------------------------------------------------------
 
 
-def check_hooks(cwd, home, env: dict) -> list:
+def check_hooks(cwd, home, env: dict, *, store_error: Finding | None = None, daemon=None) -> list:
     """Per agent: its hooks installed (project or user level) where the agent is used, and the trust it needs
-    before it runs them. An agent with no folder in the home is not used here: nothing to say."""
+    before it runs them; for installed hooks, the cairn they run still there, the store open (`store_error`: the
+    stores check's error) and the daemon up (`daemon()` -> (state, detail), asked once). An agent with no folder in
+    the home is not used here: nothing to say."""
     import tomllib
     from pathlib import Path
 
     from cairn_cli.core.hooks import agent_settings as cs
 
-    out = []
+    out: list[Finding] = []
+    installed_any = False
     for agent, (folder, _) in cs.FILES.items():
         agent_home = home / folder if agent != "codex" or not env.get("CODEX_HOME") else Path(env["CODEX_HOME"])
         installed = [w for w in cs.WHERE if _has_cairn_hooks(cs.settings_path(w, cwd, home, agent))]
@@ -103,7 +121,24 @@ def check_hooks(cwd, home, env: dict) -> list:
                     )
                 )
             continue
+        installed_any = True
         where = " and ".join(installed)
+        for level in installed:
+            for program in _missing_programs(cs.settings_path(level, cwd, home, agent)):
+                out.append(
+                    Finding(
+                        "hooks",
+                        ERROR,
+                        f"{agent}: the {level} hooks run {program}, which is not there (moved or uninstalled)",
+                        f"cairn hook install --agent {agent}" + (" --user" if level == "user" else ""),
+                    )
+                )
+        if store_error is not None:
+            out.append(
+                Finding(
+                    "hooks", ERROR, f"{agent}: the hooks cannot open the store: {store_error.message}", store_error.fix
+                )
+            )
         if agent == "codex":
             try:
                 config_toml = tomllib.loads((agent_home / "config.toml").read_text(encoding="utf-8"))
@@ -145,7 +180,40 @@ def check_hooks(cwd, home, env: dict) -> list:
             out.append(Finding("hooks", OK, f"gemini: hooks installed ({where})"))
         else:
             out.append(Finding("hooks", OK, f"{agent}: hooks installed ({where})"))
+    if installed_any and daemon is not None:
+        state, detail = daemon()
+        if state not in ("running", "loading"):
+            out.append(
+                Finding(
+                    "hooks",
+                    WARN,
+                    f"the daemon is {state} ({detail}): every agent's prompts are ranked by the lexical fallback "
+                    "until it runs (the prompt hook starts it) and new memories wait to be embedded",
+                    "cairn daemon start (cairn daemon status says why it stopped)",
+                )
+            )
     return out
+
+
+def _missing_programs(path) -> list[str]:
+    """The programs cairn's hooks in the settings file `path` run that are not there (an absolute path that is no
+    executable file, a bare name not on PATH)."""
+    import shutil
+
+    from cairn_cli.core.hooks import agent_settings as cs
+    from cairn_cli.errors import InvalidInput
+
+    try:
+        hooks = cs.load(path).get("hooks") or {}
+    except InvalidInput:
+        return []
+    groups = [g for event in hooks.values() if isinstance(event, list) for g in event if isinstance(g, dict)]
+    programs = {p for g in groups for h in g.get("hooks") or [] if (p := cs.hook_executable(h))}
+    return sorted(
+        p
+        for p in programs
+        if not (os.path.isfile(p) and os.access(p, os.X_OK) if "/" in p else shutil.which(p) is not None)
+    )
 
 
 def _has_cairn_hooks(path) -> bool:

@@ -49,8 +49,14 @@ def is_cairn_hook(hook: object) -> bool:
     """A hook cairn installed: `... hook prompt|stop` run by a `cairn` executable or by `python -m cairn_cli`, also
     wrapped (`env X=1 cairn hook prompt`, `sh -c 'cd … && cairn hook stop'`): a reinstall replaces it, never adds a
     second pair."""
+    return hook_executable(hook) is not None
+
+
+def hook_executable(hook: object) -> str | None:
+    """The program a cairn hook runs (the `cairn` executable, or the python of `python -m cairn_cli`) as written
+    in the settings; None for a hook that is not cairn's."""
     if not isinstance(hook, dict) or not isinstance(cmd := hook.get("command"), str):
-        return False
+        return None
     try:
         words = shlex.split(cmd)
     except ValueError:
@@ -59,9 +65,11 @@ def is_cairn_hook(hook: object) -> bool:
     for i, word in enumerate(words[:-2]):
         if words[i + 1] == "hook" and words[i + 2].rstrip(";&|)'\"") in ("prompt", "stop"):
             name = Path(word).name
-            if name == "cairn" or (name == "cairn_cli" and i > 0 and words[i - 1] == "-m"):
-                return True
-    return False
+            if name == "cairn":
+                return word.lstrip("'\"(")
+            if name == "cairn_cli" and i > 0 and words[i - 1] == "-m":
+                return words[i - 2].lstrip("'\"(") if i > 1 else "python"
+    return None
 
 
 def _groups(hooks: dict, event: str) -> list:

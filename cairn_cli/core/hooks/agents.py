@@ -25,6 +25,45 @@ EVENTS = {
 RESPONSE_FIELD = {CLAUDE: "last_assistant_message", CODEX: "last_assistant_message", GEMINI: "prompt_response"}
 
 
+# the shortest repeated tail taken for Gemini's doubled response (a shorter one could be the answer's own words)
+_MIN_REPEAT = 32
+
+
+def response_of(agent: str, text: str | None) -> str | None:
+    """The agent's last response as the model wrote it (Gemini CLI's `prompt_response` undoubled)."""
+    return undouble_gemini(text) if agent == GEMINI and text else text
+
+
+def undouble_gemini(text: str) -> str:
+    """Gemini CLI (0.61) hands AfterAgent a streamed answer twice: the whole answer, a space, then the stream's
+    pieces after the first joined by spaces (its turn text joins every streamed response with " " after the first
+    has grown into the whole answer). The `[cm]` block read from the end would be the copy with spaces cut into
+    its words. The answer is the prefix whose non-space characters the rest repeats, from a point past its start,
+    with more spaces; a text without that shape is returned as it is (so is an answer streamed in two pieces,
+    whose second copy is unbroken)."""
+    letters = [i for i, ch in enumerate(text) if ch != " "]
+    squeezed = "".join(text[i] for i in letters)
+    n, end = len(squeezed), len(text.rstrip(" "))
+    # a split at a space text[i]: A = text[:i] holds m letters, B = text[i+1:] the other n - m
+    m = 0
+    for i, ch in enumerate(text):
+        if ch != " ":
+            m += 1
+            continue
+        tail = n - m
+        if tail >= m:  # B is at least as long as A: the split is too early
+            continue
+        if tail < _MIN_REPEAT:
+            break
+        start = m - tail
+        if squeezed[start] == squeezed[m] and squeezed.startswith(squeezed[m:], start):
+            # the joins add spaces: B has more than the stretch of A it repeats (a text that merely repeats
+            # itself, "ab ab ab", has as many)
+            if end - i - 1 - tail > i - letters[start] - tail:
+                return text[:i]
+    return text
+
+
 def hook_of(event: str) -> str | None:
     """`prompt` or `stop` for an event name any agent sends; None for one no agent sends to cairn."""
     return next((hook for (_, hook), name in EVENTS.items() if name == event), None)

@@ -89,7 +89,7 @@ def parse_payload(raw: bytes | str, event: str) -> HookPayload:
     if not session or not session.strip():
         raise InvalidInput("the hook payload has no session_id", "check the hook's stdin JSON")
     fields = {name: _str(data, name) for name in HookPayload.FIELDS if name != "agent"}
-    fields["last_assistant_message"] = _str(data, agents.RESPONSE_FIELD[agent])
+    fields["last_assistant_message"] = agents.response_of(agent, _str(data, agents.RESPONSE_FIELD[agent]))
     payload = HookPayload(event, session_key(session.strip()), bool(data.get("stop_hook_active")), **fields)
     payload.agent = agent
     # <private> spans never leave this process; the prompt's secrets are redacted where its window is built (the
@@ -130,6 +130,7 @@ def prompt_request(payload: HookPayload, scope_setting: str) -> PromptRequest:
         layer="subagent" if payload.is_subagent else "prompt",
         strict_scope=False,
         with_rules=True,
+        agent=payload.agent,
         hook={
             "transcript_path": transcript,
             "agent_id": payload.agent_id,
