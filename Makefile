@@ -4,9 +4,9 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check
 STAMP  := $(VENV)/.cairn-installed
-CODE   := cairn_cli tests scripts
+CODE   := cairn_cli tests scripts e2e
 
-.PHONY: install demo test test-fast lint bench clean
+.PHONY: install demo test test-fast e2e lint bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,12 @@ test: install
 # while working: the tests not marked slow (no real model, no training, no process), under a minute
 test-fast: install
 	$(PY) -m pytest -q -m "not slow"
+
+# the real agent CLIs (Claude Code, Codex CLI, Gemini CLI, pinned, from npm into ~/.cache/cairn-e2e) drive cairn
+# for two turns each against a fake model API on loopback, inside `unshare -n` when it works (e2e/README.md);
+# without Node and npm it skips, except under CI=true where that is a failure
+e2e: install
+	$(PY) e2e/check.py
 
 # ruff (lint and format) over the code, mypy over the whole cairn_cli package (config in pyproject.toml)
 lint: install

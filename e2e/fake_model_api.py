@@ -6,7 +6,7 @@ in the request and writes one memory:
 
     The fake model answered through the real CLI. (fake model; saw memory ids ['7', '3'])
 
-    [cm]{"m": [{"content": "E2E codex: ...", ...}], "rg": ["7:3", "3:1"]}[/cm]
+    [cm]{"m": [{"content": "E2E codex: the webshop's /api proxy needs ...", ...}], "rg": ["7:3", "3:1"]}[/cm]
 
 A request that carries a JSON schema (Gemini's router classifier, its next-speaker check) gets a JSON instance of
 that schema instead.
@@ -70,17 +70,41 @@ class Script:
         seen = [m for m in self.markers if m in text or m in plain]
         n = next(self.counter)
         agent = AGENT_OF_API[api]
+        topic = newest_topic(plain)
         memory = {
-            "content": f"E2E {agent}: the fake model answered call {n} through the real CLI (graded {len(ids)} memories)",
-            "keywords": ["e2e", agent, "fake-model"],
+            "content": f"E2E {agent}: {LEARNED[topic][agent]}",
+            "keywords": ["e2e", agent, *TOPIC_WORDS[topic]],
             "scope": scope,
             "kind": "fact",
         }
         grades = [f"{mid}:{3 if i == 0 else 1}" for i, mid in enumerate(ids)]
         cm = json.dumps({"m": [memory], "rg": grades})
-        note = f"saw memory ids {ids}" + (f"; saw {', '.join(seen)}" if seen else "")
+        note = f"call {n}, saw memory ids {ids}" + (f"; saw {', '.join(seen)}" if seen else "")
         reply = f"The fake model answered through the real CLI. (fake model; {note})\n\n[cm]{cm}[/cm]"
-        return {"text": reply, "ids": ids, "markers": seen, "scope": scope}
+        return {"text": reply, "ids": ids, "markers": seen, "scope": scope, "memory": memory["content"]}
+
+
+# What each agent's fake model "learns" answering each of the two e2e prompts: one fact per agent and topic, each
+# new to the store and distinct from the others (none is a duplicate the store would merge), each relevant to the
+# prompt it answered, so a later agent asking the same question is shown what an earlier agent wrote.
+TOPIC_WORDS = {"proxy": ["proxy", "api", "vite"], "tests": ["tests", "pytest"]}
+LEARNED = {
+    "proxy": {
+        "claude-code": "the webshop's /api proxy drops websocket upgrades unless vite.config.ts sets ws: true",
+        "codex": "the webshop's /api proxy needs changeOrigin: true, else Flask rejects the forwarded Host header",
+        "gemini": "the webshop's /api proxy gives up after 30 s, so the long CSV export calls port 8000 directly",
+    },
+    "tests": {
+        "claude-code": "in the webshop tests, pytest --lf reruns only the tests that failed last time",
+        "codex": "the webshop tests need WEBSHOP_FAKE_PAYMENTS=1 so that no test calls the real payment provider",
+        "gemini": "make test-fast runs the webshop tests without the slow browser tests",
+    },
+}
+
+
+def newest_topic(text: str) -> str:
+    """Which e2e prompt the request answers: the one whose words come last in it (proxy when neither shows)."""
+    return "tests" if text.rfind("run the webshop tests") > text.rfind("proxy forward") else "proxy"
 
 
 def unescape(text: str) -> str:

@@ -4,7 +4,7 @@ Each CLI gets its own npm prefix, ``<root>/<name>-<version>/``, so a version bum
 an installed pin is recognised by reading its ``package.json``. npm's own download cache is kept under
 ``<root>/_npm-cache`` so a warm run needs no download at all.
 
-    python e2e/install_clis.py                      # root: $CAIRN_E2E_NPM or /work/.e2e-cache/npm
+    python e2e/install_clis.py                      # root: $CAIRN_E2E_NPM or ~/.cache/cairn-e2e/npm
     python e2e/install_clis.py --root /tmp/npm claude codex
     python e2e/install_clis.py --json                # one line of JSON: the binaries and the timings
 
@@ -23,7 +23,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-DEFAULT_ROOT = "/work/.e2e-cache/npm"
+# the cache beside the user's others: ${XDG_CACHE_HOME:-~/.cache}/cairn-e2e/npm (run dirs go beside it)
+DEFAULT_ROOT = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cairn-e2e" / "npm"
 ROOT_ENV = "CAIRN_E2E_NPM"
 
 

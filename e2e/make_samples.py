@@ -21,6 +21,10 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from install_clis import default_root  # noqa: E402
+
 SAMPLES = HERE / "samples"
 LONG = 1500
 KEEP = 300
@@ -43,7 +47,7 @@ def replacements(run_dir: Path) -> list[tuple[str, str]]:
         (f"{run}/hooks", f"{HOME}/e2e/hooks"),
         (run, f"{HOME}/e2e"),
         (str(HERE.parent), f"{HOME}/src/cairn"),
-        ("/work/.e2e-cache/npm", f"{HOME}/.cache/cairn-e2e/npm"),
+        (str(default_root()), f"{HOME}/.cache/cairn-e2e/npm"),
         (sys.executable, "python3"),
         ("e2e-fake-key-not-a-secret", "<fake-key>"),
     ]

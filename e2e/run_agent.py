@@ -3,7 +3,7 @@
     python e2e/run_agent.py claude            # or codex, gemini
     python e2e/run_agent.py codex --workdir /tmp/e2e-codex --hook-command 'cairn hook {kind}'
 
-What it does, in a fresh work dir (default ``/work/.e2e-cache/runs/<agent>-<time>``):
+What it does, in a fresh work dir (default ``~/.cache/cairn-e2e/runs/<agent>-<time>``):
 - re-executes itself inside ``unshare -n`` with only loopback up, when that works (``--no-unshare`` to skip), so
   the CLI can reach nothing but 127.0.0.1;
 - starts ``fake_model_api`` on a free loopback port, logging to ``requests.jsonl``;
@@ -29,7 +29,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,7 @@ sys.path.insert(0, str(HERE))
 from fake_model_api import Script, serve  # noqa: E402
 from install_clis import bin_path, default_root  # noqa: E402
 
-RUNS_ROOT = Path("/work/.e2e-cache/runs")
+RUNS_ROOT = default_root().parent / "runs"
 PROMPTS = ("Which port does the webshop api proxy forward /api to?", "How do I run the webshop tests?")
 TURN_TIMEOUT = 120
 FAKE_KEY = "e2e-fake-key-not-a-secret"
@@ -64,6 +64,9 @@ class Run:
     cli: Path
     port: int
     hook_command: str
+    cairn: str | None = None  # the cairn executable: its `hook install --agent` registers the hooks
+    extra_env: dict[str, str] = field(default_factory=dict)
+    installed: list[dict] = field(default_factory=list)
 
     def hook(self, kind: str) -> str:
         prompt_event, stop_event = EVENTS[self.agent]
@@ -92,7 +95,25 @@ class Run:
             "CI": "true",
             # Claude Code keeps per-session notes under $TMPDIR/claude-<uid>/: keep them in the work dir too
             "TMPDIR": str(self.workdir / "tmp"),
+            **self.extra_env,
         }
+
+    def register_hooks(self, path: Path, timeout: int, env: dict[str, str]) -> None:
+        """The agent's prompt and stop hooks in its project settings file ``path``: written from the template, or,
+        with ``cairn``, by ``cairn hook install --agent <agent> --project`` run in the project (what a user runs)."""
+        if self.cairn is None:
+            prompt_event, stop_event = EVENTS[self.agent]
+            hooks = {
+                prompt_event: hook_block(self.hook("prompt"), timeout),
+                stop_event: hook_block(self.hook("stop"), timeout),
+            }
+            write_json(path, {"hooks": hooks})
+            return
+        cmd = [self.cairn, "hook", "install", "--agent", self.agent, "--project", "--json"]
+        done = subprocess.run(cmd, cwd=self.project, env=env, capture_output=True, text=True, timeout=60)
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}: {done.stderr.strip()}")
+        self.installed.append(json.loads(done.stdout))
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -111,15 +132,6 @@ def hook_block(command: str, timeout: int) -> list[dict]:
 class Claude:
     @staticmethod
     def configure(run: Run) -> dict[str, str]:
-        write_json(
-            run.project / ".claude" / "settings.json",
-            {
-                "hooks": {
-                    "UserPromptSubmit": hook_block(run.hook("prompt"), 30),
-                    "Stop": hook_block(run.hook("stop"), 30),
-                }
-            },
-        )
         env = run.base_env()
         env.update(
             ANTHROPIC_BASE_URL=f"http://127.0.0.1:{run.port}",
@@ -127,6 +139,7 @@ class Claude:
             CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
             DISABLE_AUTOUPDATER="1",
         )
+        run.register_hooks(run.project / ".claude" / "settings.json", 30, env)
         return env
 
     @staticmethod
@@ -181,17 +194,9 @@ class Codex:
                 ]
             )
         )
-        write_json(
-            run.project / ".codex" / "hooks.json",
-            {
-                "hooks": {
-                    "UserPromptSubmit": hook_block(run.hook("prompt"), 30),
-                    "Stop": hook_block(run.hook("stop"), 30),
-                }
-            },
-        )
         env = run.base_env()
         env.update(CODEX_HOME=str(codex_home), FAKE_MODEL_API_KEY=FAKE_KEY)
+        run.register_hooks(run.project / ".codex" / "hooks.json", 30, env)
         return env
 
     @staticmethod
@@ -229,21 +234,13 @@ class Gemini:
                 "telemetry": {"enabled": False},
             },
         )
-        write_json(
-            run.project / ".gemini" / "settings.json",
-            {
-                "hooks": {
-                    "BeforeAgent": hook_block(run.hook("prompt"), 30000),
-                    "AfterAgent": hook_block(run.hook("stop"), 30000),
-                }
-            },
-        )
         env = run.base_env()
         env.update(
             GOOGLE_GEMINI_BASE_URL=f"http://127.0.0.1:{run.port}",
             GEMINI_API_KEY=FAKE_KEY,
             GEMINI_CLI_TRUST_WORKSPACE="true",
         )
+        run.register_hooks(run.project / ".gemini" / "settings.json", 30000, env)
         return env
 
     @staticmethod
@@ -340,6 +337,27 @@ def collect_transcript(run: Run, stop_payloads: list[dict]) -> str | None:
 # Driving it
 
 
+def network_evidence() -> dict:
+    """The network this process can use: its interfaces with their byte counters (``/proc/net/dev``) and a
+    connection to a non-loopback address (TEST-NET-1, which routes nowhere). Inside ``unshare -n`` with only
+    loopback up the interfaces are ``lo`` alone and the probe fails at once with ENETUNREACH: nothing could leave."""
+    import errno
+    import socket
+
+    interfaces = {}
+    for line in Path("/proc/net/dev").read_text().splitlines()[2:]:
+        name, _, numbers = line.partition(":")
+        fields = numbers.split()
+        interfaces[name.strip()] = {"rx_bytes": int(fields[0]), "tx_bytes": int(fields[8])}
+    probe: dict[str, Any] = {"address": "192.0.2.1:80"}
+    try:
+        with socket.create_connection(("192.0.2.1", 80), timeout=3):
+            probe["result"] = "connected"
+    except OSError as exc:
+        probe["result"] = errno.errorcode.get(exc.errno or 0, "timeout" if isinstance(exc, TimeoutError) else str(exc))
+    return {"interfaces": interfaces, "probe": probe}
+
+
 def unshare_works() -> tuple[bool, str]:
     if shutil.which("unshare") is None or shutil.which("ip") is None:
         return False, "unshare or ip not on PATH"
@@ -410,6 +428,8 @@ def inner(args: argparse.Namespace) -> int:
         cli=bin_path(agent, args.npm_root),
         port=0,
         hook_command=args.hook_command,
+        cairn=args.cairn,
+        extra_env=dict(item.split("=", 1) for item in args.env),
     )
     if not run.cli.exists():
         print(f"run_agent: {run.cli} missing; run e2e/install_clis.py first", file=sys.stderr)
@@ -434,6 +454,8 @@ def inner(args: argparse.Namespace) -> int:
     finally:
         server.shutdown()
         server.server_close()
+    summary["hook_install"] = run.installed
+    summary["network"] = network_evidence()
     summary.update(analyse(run, log_path))
     summary["transcript"] = collect_transcript(run, summary["stop_payloads"])
     summary["ok"] = ok
@@ -447,6 +469,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, help=f"default {RUNS_ROOT}/<agent>-<time>; must not exist yet")
     parser.add_argument("--npm-root", type=Path, default=None, help="the install_clis.py cache folder")
     parser.add_argument("--hook-command", default=DEFAULT_HOOK, help="template: {event} {kind} {agent} {hooks_dir}")
+    parser.add_argument("--cairn", default=None, help="register the hooks with this cairn's `hook install --agent`")
+    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="more environment for the CLI")
     parser.add_argument("--no-unshare", action="store_true", help="do not isolate the network")
     parser.add_argument("--netns", default=None, help=argparse.SUPPRESS)  # set by the re-exec inside unshare
     args = parser.parse_args(argv)
@@ -467,6 +491,8 @@ def main(argv: list[str] | None = None) -> int:
         str(args.npm_root),
         "--hook-command",
         args.hook_command,
+        *([f"--cairn={args.cairn}"] if args.cairn else []),
+        *(f"--env={item}" for item in args.env),
     ]
     me = [sys.executable, str(Path(__file__).resolve())]
     if ok:
