@@ -262,3 +262,38 @@ def test_doctor_names_hooks_whose_cairn_is_gone_and_a_store_they_cannot_open(cli
     store = [f for f in found if "cannot open the store" in f[1]]
     assert {f[1].split(":")[0] for f in store} == {"codex", "gemini"} and all(f[0] == "error" for f in store)
     assert result.exit_code != 0
+
+
+SECRET = "ghp_" + "0123456789abcdefghij" + "ABCDEFGHIJ012345"  # a GitHub token's shape, made up
+
+
+@pytest.mark.parametrize("name", ["codex-rollout.jsonl", "gemini-chat.jsonl"])
+def test_another_agents_transcript_is_redacted_as_it_is_read(tmp_path, name):
+    from cairn_cli.core.transcript import read_transcript
+
+    text = (ROOT / "e2e" / "samples" / name).read_text()
+    path = tmp_path / name
+    path.write_text(text.replace("How do I run the webshop tests?", f"How do I run the webshop tests? token {SECRET}"))
+    prompts = [t.prompt.text for t in read_transcript(path).turns()]
+    assert prompts[1] == "How do I run the webshop tests? token [redacted:github-token]"
+
+
+@pytest.mark.parametrize(
+    ("prompt", "stop"),
+    [
+        ("codex-01-UserPromptSubmit.json", "codex-02-Stop.json"),
+        ("gemini-01-BeforeAgent.json", "gemini-02-AfterAgent.json"),
+    ],
+)
+def test_a_secret_in_another_agents_payload_is_never_stored(store, capsys, cairn_home, prompt, stop):
+    assert hook_entry.run_prompt(sample(prompt, prompt=f"deploy with token {SECRET} <private>my notes</private>")) == 0
+    capsys.readouterr()
+    field = "prompt_response" if prompt.startswith("gemini") else "last_assistant_message"
+    answer = f'Done with {SECRET}.\n[cm]{{"m": [{{"content": "Deploys use the token {SECRET} from the vault", "scope": "webshop"}}]}}[/cm]'
+    assert hook_entry.run_stop(sample(stop, **{field: answer})) == 0
+    stored = b"".join(p.read_bytes() for p in cairn_home.rglob("*") if p.is_file())  # SQLite's stores, the logs
+    assert SECRET.encode() not in stored and b"my notes" not in stored
+    session = parse_payload(sample(stop), STOP_EVENT).session_id
+    rows = deliveries.list_deliveries(Settings(), session_id=session)
+    kept = json.dumps([turn_data(session), [m.content for m in memories.list_memories(Settings())]])
+    assert rows and SECRET not in kept and "my notes" not in kept and "[redacted:github-token]" in kept
