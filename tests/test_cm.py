@@ -29,6 +29,17 @@ def test_fenced_block_without_closing_tag_and_plain_string_memory():
     assert cm.grades[0].grade == 2
 
 
+def test_a_block_written_html_escaped_as_gemini_showed_the_rules_is_read():
+    """Gemini CLI escapes `"`, `<` and `>` in what a hook injects; a model may write its block that way."""
+    cm = parse_cm(
+        "ok\n[cm]{&quot;m&quot;: [{&quot;content&quot;: &quot;wrap &lt;Form&gt; in a Suspense&quot;}], "
+        "&quot;rg&quot;: [&quot;3:2&quot;]}[/cm]"
+    )
+    assert cm.problems == [] and cm.memories[0].content == "wrap <Form> in a Suspense"
+    assert [(g.memory_id, g.grade) for g in cm.grades] == [(3, 2)]
+    assert parse_cm('[cm]{"m": ["keep &lt;br&gt; as typed"]}[/cm]').memories[0].content == "keep &lt;br&gt; as typed"
+
+
 def test_malformed_items_are_reported_and_the_rest_applies():
     cm = parse_cm(
         '[cm]{"m": [{"content": ""}, {"content": "ok memory"}], "rg": ["12:7", "x:1", "3:2!", 5, "9:0"],'
