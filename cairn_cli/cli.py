@@ -24,6 +24,7 @@ from cairn_cli.commands import (
     engage,
     hook,
     labels,
+    mcp,
     memory,
     privacy,
     rank,
@@ -51,7 +52,7 @@ def _group(help: str) -> typer.Typer:
 
 memory_app = _group(help="The persistent memory store.")
 daemon_app = _group(help="The model daemon that keeps the hot path fast.")
-hook_app = _group(help="The Claude Code integration: the hooks and their installation.")
+hook_app = _group(help="The agent hooks (Claude Code, Codex CLI, Gemini CLI) and their installation.")
 ab_app = _group(help="The write-side live A/B of the generation rules.")
 replay_app = _group(
     help="The offline write-side A/B: real sessions replayed through two rules, judged (never promotes)."
@@ -147,6 +148,7 @@ COMMANDS: list[tuple[typer.Typer, str, Callable]] = [
     (app, "doctor", doctor.doctor),
     (app, "forget", privacy.forget),
     (app, "redact", privacy.redact),
+    (app, "mcp", mcp.mcp),
     (memory_app, "add", memory.add),
     (memory_app, "import", memory.import_),
     (memory_app, "list", memory.list_),

@@ -19,7 +19,7 @@ CORE_ORDER = [
     {"labels"},
     {"ranking"},
     {"learning"},
-    {"hooks", "stats", "replay", "settings_report", "doctor", "privacy"},
+    {"hooks", "stats", "replay", "settings_report", "doctor", "privacy", "mcp_tools"},
 ]
 
 
@@ -186,6 +186,7 @@ EDGES = (
     "cairn_cli.entry",
     "cairn_cli.hook_entry",
     "cairn_cli.api",
+    "cairn_cli.mcp_server",
 )
 
 

@@ -239,7 +239,7 @@ def _write_turn(request: PromptRequest, result: RankResult, scope: str, settings
                         arm=result.arm,
                         grade_propensity=result.grade_propensity,
                         grade_asked=result.grade_asked,
-                        agent=(request.hook or {}).get("agent"),
+                        agent=request.agent,
                     )
                     for i in result.items
                 ],

@@ -10,6 +10,7 @@ from cairn_cli.core.redact import strip_private
 
 class PromptRequest:
     __slots__ = (
+        "agent",
         "commit_deadline",
         "hook",
         "k",
@@ -38,11 +39,12 @@ class PromptRequest:
         hook: dict | None = None,  # set by `cairn hook prompt`: recorded in hook_state; a bad transcript is a note
         strict_scope: bool = True,  # False: an unknown scope ranks the global memories (a new project), not an error
         with_rules: bool = False,  # prepend the live generation rules to the block (what the hook prints)
+        agent: str | None = None,  # the agent the deliveries go to (core/hooks/agents.py, or "mcp"); None: unknown
     ):
         self.prompt, self.session_id, self.scope, self.transcript = prompt, session_id, scope, transcript
         self.k, self.layer, self.turn, self.log = k, layer, turn, log
         self.commit_deadline, self.hook = commit_deadline, hook
-        self.strict_scope, self.with_rules = strict_scope, with_rules
+        self.strict_scope, self.with_rules, self.agent = strict_scope, with_rules, agent
 
     @classmethod
     def from_cli(

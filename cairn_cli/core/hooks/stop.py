@@ -164,6 +164,7 @@ def apply_stop(
     from cairn_cli.core.experiment.rules import live
     from cairn_cli.core.labels.cm import parse_cm
     from cairn_cli.core.labels.engagement import engagement_decisions, turn_memories
+    from cairn_cli.core.store.dedup import precomputed_embedder
     from cairn_cli.core.text import sha256
     from cairn_cli.db import retry_conflicts
 
@@ -205,7 +206,7 @@ def apply_stop(
         report.notes.append("the response has no [cm] block")
     _cap_memories(cm, settings.STOP_MAX_MEMORIES, report)
     # model calls first, outside the transaction: new memories' embeddings, the semantic engagement test
-    embedder = _precomputed_embedder(cm.memories, embed_with_model, report)
+    embedder = precomputed_embedder(cm.memories, embed_with_model, report.notes)
     delivered = turn_memories(payload.session_id, turn) if turn is not None else []
     decisions, notes = engagement_decisions(delivered, text, data.get("prompt") or "", settings, embed)
     report.notes.extend(notes)
@@ -289,23 +290,6 @@ def _cap_memories(cm, cap: int, report: StopReport) -> None:
             "a turn writes a few memories, not hundreds"
         )
         cm.memories = cm.memories[:cap]
-
-
-def _precomputed_embedder(new_memories, embed_with_model, report: StopReport):
-    """Embed the turn's new memories now (outside any transaction); an embedder for add_memories that answers
-    from these vectors for the memories that really are new (not merged into an existing one)."""
-    from cairn_cli.core.store.embeddings import embedding_text
-
-    texts = [embedding_text(m.content, m.keywords) for m in new_memories]
-    got = embed_with_model(texts) if texts else None
-    if texts and got is None:
-        report.notes.append("no embedder answered: new memories are embedded when the daemon next ranks")
-    by_text = dict(zip(texts, got[1])) if got else {}
-
-    def precomputed(fresh: list[str]):
-        return (got[0], [by_text[t] for t in fresh]) if got else None
-
-    return precomputed
 
 
 def _write(session_id, row, turn, cm, decisions, digest, source_ref, embedder, settings, report: StopReport) -> None:

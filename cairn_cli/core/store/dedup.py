@@ -99,6 +99,22 @@ def add_memories(
     return results
 
 
+def precomputed_embedder(entries: list[MemoryInput], embed_with_model, notes: list[str]) -> Embedder:
+    """Embed new memories now, outside any transaction (a writer that retries its transaction under contention
+    embeds once); an embedder for add_memories that answers from these vectors for the entries that really are new
+    (not merged into an existing one). `embed_with_model(texts)` -> (model, vectors) | None."""
+    texts = [embedding_text(e.content, e.keywords) for e in entries]
+    got = embed_with_model(texts) if texts else None
+    if texts and got is None:
+        notes.append("no embedder answered: new memories are embedded when the daemon next ranks")
+    by_text = dict(zip(texts, got[1])) if got else {}
+
+    def precomputed(fresh: list[str]):
+        return (got[0], [by_text[t] for t in fresh]) if got else None
+
+    return precomputed
+
+
 def stored_repeats(entries: list[MemoryInput], hashes: list[tuple[str, str]]) -> list[bool]:
     """Which entries repeat (same or same normalised text) a live memory of their scope or of global, in a few
     queries: the ones that need no embedding. The transaction decides for good (`duplicate_of`)."""
