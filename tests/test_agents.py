@@ -237,7 +237,7 @@ def test_doctor_says_why_each_agents_hooks_would_not_run(cli, tmp_path, monkeypa
 
 
 def test_doctor_names_hooks_whose_cairn_is_gone_and_a_store_they_cannot_open(cli, tmp_path, monkeypatch):
-    home, project = tmp_path / "userhome", tmp_path / "webshop"
+    project = tmp_path / "webshop"
     project.mkdir()
     monkeypatch.chdir(project)
     assert (

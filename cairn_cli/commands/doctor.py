@@ -26,8 +26,15 @@ def doctor(
 
     Example: cairn doctor --apply
     """
+    from pathlib import Path
+
+    from cairn_cli import config
     from cairn_cli.core.doctor import diagnose
-    from cairn_cli.daemon import dispatch
+    from cairn_cli.daemon import control, dispatch
+
+    def daemon_status() -> tuple[str, str]:
+        status = control.status(Path(config.home_dir()))
+        return status.state, status.detail
 
     report = diagnose(
         settings(),
@@ -35,6 +42,7 @@ def doctor(
         only=only.value if only else None,
         embed_with_model=dispatch.embed_with_model,
         embed=dispatch.embed_with_model,
+        daemon_status=daemon_status,
     )
     if json:
         output.json_out(report.as_dict())

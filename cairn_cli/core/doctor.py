@@ -54,10 +54,17 @@ class DoctorReport:
 
 
 def diagnose(
-    settings: Settings, *, apply: bool = False, only: str | None = None, embed_with_model=None, embed=None
+    settings: Settings,
+    *,
+    apply: bool = False,
+    only: str | None = None,
+    embed_with_model=None,
+    embed=None,
+    daemon_status=None,
 ) -> DoctorReport:
     """Run every check (`only`: one of CHECKS); with `apply`, fix what can be fixed (`embed_with_model` / `embed`:
-    the embedders a spooled Stop is applied with, as the Stop hook's)."""
+    the embedders a spooled Stop is applied with, as the Stop hook's; `daemon_status()` -> (state, detail): the
+    daemon's, asked only when some agent's hooks are installed)."""
     home = config.home_dir()
     report = DoctorReport(home)
     if only in (None, "home"):
@@ -77,19 +84,9 @@ def diagnose(
 
         broken = next((f for f in stores if f.status == ERROR), None)
         report.findings += check_hooks(
-            Path.cwd(), Path.home(), dict(os.environ), store_error=broken, daemon=lambda: _daemon_state(home)
+            Path.cwd(), Path.home(), dict(os.environ), store_error=broken, daemon=daemon_status
         )
     return report
-
-
-def _daemon_state(home: str) -> tuple[str, str]:
-    """The daemon's state and what it means for the hooks (the prompt hook starts a stopped daemon itself)."""
-    from pathlib import Path
-
-    from cairn_cli.daemon import control
-
-    status = control.status(Path(home))
-    return status.state, status.detail
 
 
 # -- hooks ---------------------------------------------------------------------------------------------------------

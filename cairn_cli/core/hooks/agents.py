@@ -56,11 +56,14 @@ def undouble_gemini(text: str) -> str:
         if tail < _MIN_REPEAT:
             break
         start = m - tail
-        if squeezed[start] == squeezed[m] and squeezed.startswith(squeezed[m:], start):
-            # the joins add spaces: B has more than the stretch of A it repeats (a text that merely repeats
-            # itself, "ab ab ab", has as many)
-            if end - i - 1 - tail > i - letters[start] - tail:
-                return text[:i]
+        # B repeats the end of A, with more spaces than that stretch of A (the joins add them; a text that merely
+        # repeats itself, "ab ab ab", has as many)
+        if (
+            squeezed[start] == squeezed[m]
+            and squeezed.startswith(squeezed[m:], start)
+            and end - i - 1 - tail > i - letters[start] - tail
+        ):
+            return text[:i]
     return text
 
 
