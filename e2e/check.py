@@ -13,7 +13,8 @@
    ran; each turn's delivered memories are in the model's request; deliveries logged for both turns; the grades
    the model gave applied; each turn's new memory written with the generation version of the turn's A/B arm;
    the agent recorded on every delivery; every Stop applied without a problem; a memory an earlier agent wrote
-   shown to a later one; and nothing reached any address but loopback (the namespace had ``lo`` alone and a
+   shown to a later one; `cairn doctor` in the Codex project names the hooks Codex does not trust (asked of Codex
+   itself); and nothing reached any address but loopback (the namespace had ``lo`` alone and a
    connection elsewhere failed at once), skipped with the reason where ``unshare`` is unavailable.
 
 Exit 0 when every check passed (or the run was skipped outside CI), 1 when one failed, 2 when it could not run.
@@ -175,6 +176,9 @@ def check_agent(agent: str, workdir: Path, home: Path, earlier: dict[str, str], 
             f"memories written in {', '.join(seen) or 'no earlier agent'}'s sessions delivered here",
         )
 
+    if agent == "codex":
+        check_codex_trust(workdir, home, out)
+
     network = summary.get("network") or {}
     netns = summary.get("netns") or ""
     if not netns.startswith("loopback-only"):
@@ -188,6 +192,36 @@ def check_agent(agent: str, workdir: Path, home: Path, earlier: dict[str, str], 
             f"interfaces {interfaces}; a connection to 192.0.2.1:80: {probe}",
         )
     return out
+
+
+def check_codex_trust(workdir: Path, home: Path, out: list[Check]) -> None:
+    """`cairn doctor` in the Codex project asks Codex which of cairn's hooks it trusts: none, since the run bypassed
+    the review (`--dangerously-bypass-hook-trust`), as a new user's Codex would skip them."""
+    codex_bin = install_clis.bin_path("codex")
+    env = {
+        **cairn_env(home),
+        "HOME": str(workdir / "home"),
+        "CODEX_HOME": str(workdir / "home" / ".codex"),
+        "PATH": os.pathsep.join([str(codex_bin.parent), str(Path(sys.executable).parent), "/usr/bin", "/bin"]),
+    }
+    done = subprocess.run(
+        [cairn_exe(), "doctor", "--only", "hooks", "--json"],
+        cwd=workdir / "project" / "webshop",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    try:
+        findings = json.loads(done.stdout)["findings"]
+    except (ValueError, KeyError):
+        findings = []
+    said = [f["message"] for f in findings if f["message"].startswith("codex:")]
+    ok = said == [
+        "codex: Codex does not trust cairn's hooks yet, so it skips them without a word: userPromptSubmit "
+        "(untrusted), stop (untrusted)"
+    ]
+    out.append(Check("codex", "doctor asks Codex which hooks it trusts", "passed" if ok else "failed", f"{said}"))
 
 
 def gather(home: Path) -> dict:

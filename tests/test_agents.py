@@ -6,6 +6,9 @@ agent that sent it."""
 from __future__ import annotations
 
 import json
+import os
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -297,3 +300,136 @@ def test_a_secret_in_another_agents_payload_is_never_stored(store, capsys, cairn
     rows = deliveries.list_deliveries(Settings(), session_id=session)
     kept = json.dumps([turn_data(session), [m.content for m in memories.list_memories(Settings())]])
     assert rows and SECRET not in kept and "my notes" not in kept and "[redacted:github-token]" in kept
+
+
+# What `codex app-server` (0.169.0) answered hooks/list for a project with cairn's hooks installed (trimmed)
+CODEX_HOOKS_LIST = {
+    "id": 2,
+    "result": {
+        "data": [
+            {
+                "cwd": "{cwd}",
+                "hooks": [
+                    {
+                        "key": "{cwd}/.codex/hooks.json:user_prompt_submit:0:0",
+                        "eventName": "userPromptSubmit",
+                        "handlerType": "command",
+                        "command": "/venv/bin/cairn hook prompt",
+                        "source": "project",
+                        "currentHash": "sha256:769c",
+                        "trustStatus": "{trust}",
+                    },
+                    {
+                        "key": "{cwd}/.codex/hooks.json:stop:0:0",
+                        "eventName": "stop",
+                        "handlerType": "command",
+                        "command": "/venv/bin/cairn hook stop",
+                        "source": "project",
+                        "currentHash": "sha256:7c4c",
+                        "trustStatus": "untrusted",
+                    },
+                    {"key": "x", "eventName": "stop", "command": "notify-send done", "trustStatus": "untrusted"},
+                ],
+            }
+        ]
+    },
+}
+
+
+def fake_codex(bin_dir, answer: dict | None) -> None:
+    """A `codex` whose app-server answers hooks/list as the real one did (or never answers: `answer` None)."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    reply = json.dumps(answer) if answer is not None else ""
+    script = f"""#!{sys.executable}
+import sys
+for line in sys.stdin:
+    if '"hooks/list"' in line and {reply!r}:
+        print('{{"method": "configWarning", "params": {{}}}}', flush=True)
+        print({reply!r}, flush=True)
+"""
+    (bin_dir / "codex").write_text(script)
+    (bin_dir / "codex").chmod(0o755)
+
+
+@pytest.mark.parametrize(("trust", "status"), [("untrusted", "warn"), ("trusted", "warn")])
+def test_doctor_asks_codex_which_of_cairns_hooks_it_trusts(cli, tmp_path, monkeypatch, trust, status):
+    from cairn_cli.core.hooks import codex_trust
+
+    project = tmp_path / "webshop"
+    project.mkdir()
+    monkeypatch.chdir(project)
+    (tmp_path / "userhome" / ".codex").mkdir(parents=True)
+    (tmp_path / "userhome" / ".codex" / "config.toml").write_text(f'[projects."{project}"]\ntrust_level = "trusted"\n')
+    assert cli("hook", "install", "--agent", "codex").exit_code == 0
+    answer = json.loads(json.dumps(CODEX_HOOKS_LIST).replace("{cwd}", str(project)).replace("{trust}", trust))
+    fake_codex(tmp_path / "bin", answer)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+
+    listed = codex_trust.cairn_hooks(str(tmp_path / "bin" / "codex"), project, dict(os.environ))
+    assert [(h.event, h.trust, h.current_hash) for h in listed] == [
+        ("userPromptSubmit", trust, "sha256:769c"),
+        ("stop", "untrusted", "sha256:7c4c"),
+    ]  # someone else's hook is not cairn's business
+    found = json.loads(cli("doctor", "--only", "hooks", "--json").stdout)["findings"]
+    codex = [f for f in found if f["message"].startswith("codex:")]
+    untrusted = "userPromptSubmit (untrusted), stop (untrusted)" if trust == "untrusted" else "stop (untrusted)"
+    assert [(f["status"], f["message"].split(": ", 2)[-1]) for f in codex] == [(status, untrusted)]
+    assert "/hooks" in codex[0]["fix"]
+
+
+def test_a_codex_that_does_not_answer_is_said_not_waited_for(tmp_path):
+    from cairn_cli.core.hooks import codex_trust
+
+    fake_codex(tmp_path / "bin", None)
+    said = codex_trust.cairn_hooks(str(tmp_path / "bin" / "codex"), tmp_path, dict(os.environ), timeout_s=0.5)
+    assert said == "codex app-server did not answer hooks/list in time"
+    missing = codex_trust.cairn_hooks(str(tmp_path / "nowhere" / "codex"), tmp_path, dict(os.environ))
+    assert isinstance(missing, str) and missing.startswith("could not start")
+
+
+CACHED_CODEX = (
+    Path(
+        os.environ.get("CAIRN_E2E_NPM")
+        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cairn-e2e" / "npm"
+    )
+    / "codex-0.169.0"
+    / "node_modules"
+    / ".bin"
+    / "codex"
+)
+
+
+@pytest.mark.slow
+def test_doctor_asks_the_real_codex_and_sees_the_trust_it_records(cli, tmp_path, monkeypatch):
+    """The real Codex CLI (installed by `make e2e`; skipped before it has run once): cairn's hooks untrusted, then
+    trusted the way Codex records a review (their hashes in config.toml), as its own app-server reports them."""
+    from cairn_cli.core.hooks import codex_trust
+
+    if not CACHED_CODEX.exists():
+        pytest.skip(f"Codex CLI not installed at {CACHED_CODEX} (make e2e installs it)")
+    project = tmp_path / "webshop"
+    project.mkdir()
+    monkeypatch.chdir(project)
+    config = tmp_path / "userhome" / ".codex" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text(f'[projects."{project}"]\ntrust_level = "trusted"\n\n[analytics]\nenabled = false\n')
+    assert cli("hook", "install", "--agent", "codex").exit_code == 0
+    monkeypatch.setenv("PATH", f"{CACHED_CODEX.parent}{os.pathsep}{os.environ['PATH']}")
+
+    def codex_findings() -> list[tuple[str, str]]:
+        found = json.loads(cli("doctor", "--only", "hooks", "--json").stdout)["findings"]
+        return [(f["status"], f["message"]) for f in found if f["message"].startswith("codex:")]
+
+    assert codex_findings() == [
+        (
+            "warn",
+            "codex: Codex does not trust cairn's hooks yet, so it skips them without a word: userPromptSubmit "
+            "(untrusted), stop (untrusted)",
+        )
+    ]
+    listed = codex_trust.cairn_hooks(str(CACHED_CODEX), project, dict(os.environ))
+    assert len(listed) == 2
+    with config.open("a") as fh:
+        for hook in listed:
+            fh.write(f'\n[hooks.state."{hook.key}"]\ntrusted_hash = "{hook.current_hash}"\n')
+    assert codex_findings() == [("ok", "codex: hooks installed (project) and trusted by Codex")]

@@ -9,8 +9,8 @@ Checks (each a function below, in the order a person would look):
 - retention: the delivery log's long text older than CAIRN_RETENTION_DAYS (core/store/retention.py); apply: expires
   it now (the daemon does it once a day);
 - hooks: for each agent used on this machine (Claude Code, Codex CLI, Gemini CLI), why its hooks would not run or
-  would run without effect — not installed, a project Codex does not trust (and the hook trust Codex keeps to
-  itself), a folder Gemini does not trust, a cairn executable that is no longer there, a store that does not open,
+  would run without effect — not installed, a project Codex does not trust, a hook Codex does not trust (asked of
+  Codex itself, core/hooks/codex_trust.py), a folder Gemini does not trust, a cairn executable that is no longer there, a store that does not open,
   the daemon down (the lexical fallback ranks) — with the fix.
 
 Doctor opens the stores itself (the point of it is whether they open) and never creates one.
@@ -154,14 +154,7 @@ def check_hooks(cwd, home, env: dict, *, store_error: Finding | None = None, dae
                     )
                 )
                 continue
-            out.append(
-                Finding(
-                    "hooks",
-                    OK,
-                    f"codex: hooks installed ({where}); Codex runs a hook only once you have trusted it — review "
-                    "them in Codex once, or it skips them without a word",
-                )
-            )
+            out.append(_codex_hook_trust(cwd, env, where))
         elif agent == "gemini":
             trusted = env.get("GEMINI_CLI_TRUST_WORKSPACE") == "true" or _gemini_trusts(agent_home, cwd)
             if "project" in installed and not trusted:
@@ -190,6 +183,33 @@ def check_hooks(cwd, home, env: dict, *, store_error: Finding | None = None, dae
                 )
             )
     return out
+
+
+def _codex_hook_trust(cwd, env: dict, where: str) -> Finding:
+    """Whether Codex trusts cairn's hooks, asked of the `codex` on PATH (core/hooks/codex_trust.py)."""
+    import shutil
+
+    from cairn_cli.core.hooks import codex_trust
+
+    codex = shutil.which("codex", path=env.get("PATH"))
+    asked = codex_trust.cairn_hooks(codex, cwd, env) if codex else "codex is not on PATH"
+    if isinstance(asked, str) or not asked:
+        why = asked or "Codex lists none of them here"
+        return Finding(
+            "hooks",
+            OK,
+            f"codex: hooks installed ({where}); Codex runs a hook only once you have trusted it — review them in "
+            f"Codex once (/hooks), or it skips them without a word (could not ask Codex: {why})",
+        )
+    untrusted = [f"{h.event} ({h.trust})" for h in asked if h.trust != "trusted"]
+    if untrusted:
+        return Finding(
+            "hooks",
+            WARN,
+            f"codex: Codex does not trust cairn's hooks yet, so it skips them without a word: {', '.join(untrusted)}",
+            "open /hooks in Codex and trust cairn's hooks (a changed hook needs trusting again)",
+        )
+    return Finding("hooks", OK, f"codex: hooks installed ({where}) and trusted by Codex")
 
 
 def _missing_programs(path) -> list[str]:
