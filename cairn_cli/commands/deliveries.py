@@ -109,6 +109,8 @@ def _show(views) -> None:
             "grade",
             "engaged",
             "engaged_method",
+            "agent",
+            "instance",
         ],
         title=f"{len(views)} deliveries",
     )

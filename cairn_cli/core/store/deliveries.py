@@ -60,6 +60,7 @@ class DeliveryView:
     grade_propensity: float | None = None
     grade_asked: bool | None = None
     agent: str | None = None
+    instance: str | None = None  # the machine that delivered (a store several machines share)
 
 
 def next_turn(session_id: str, settings: Settings) -> int:
@@ -148,6 +149,7 @@ def _view(row) -> DeliveryView:
         grade_propensity=row.grade_propensity,
         grade_asked=row.grade_asked,
         agent=row.agent,
+        instance=row.instance,
     )
 
 
