@@ -283,3 +283,63 @@ def test_memory_add_embeds_through_a_running_daemon_and_merges_a_near_copy(tmp_p
         assert status(home)[1]["ops"].get("embed") == 2
     finally:
         run(home, "daemon", "stop", "--force")
+
+
+def templated_file(tmp_path, n: int, start: int = 0):
+    """Lines that differ only in a number: all near each other (the fake encoder puts them at cosine 0.99 of one
+    another), none a duplicate (their numbers differ)."""
+    path = tmp_path / f"templated-{start}-{n}.jsonl"
+    rows = [{"content": f"the nightly build publishes the signed wheel, ticket {i}"} for i in range(start, start + n)]
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    vectors = {r["content"]: at_cosine(0.99 if i % 2 else 1.0) for i, r in enumerate(rows)}
+    return path, vectors
+
+
+def count_queries(monkeypatch) -> list[str]:
+    from cairn_cli.db.tables import memory_proxy
+
+    seen: list[str] = []
+    database = memory_proxy.obj
+    real = database.execute_sql
+
+    def counting(sql, params=None, *args, **kwargs):
+        seen.append(sql)
+        return real(sql, params, *args, **kwargs)
+
+    monkeypatch.setattr(database, "execute_sql", counting)
+    return seen
+
+
+def test_an_import_of_templated_lines_costs_the_same_queries_per_line_at_any_size(tmp_path, monkeypatch):
+    """Each line's near neighbours (every earlier line) are compared from the index, never fetched one by one: the
+    queries grow with the lines, not with their square."""
+    s = Settings()
+    per_line = []
+    for n in (60, 240):
+        path, vectors = templated_file(tmp_path, n, start=10_000 * n)
+        seen = count_queries(monkeypatch)
+        report = import_jsonl(path, s, embed=FakeEncoder(vectors), batch_size=50)
+        monkeypatch.undo()
+        assert (report.added, report.merged) == (n, 0)  # near, but stating other numbers: none merged
+        per_line.append(len(seen) / n)
+    assert per_line[1] <= per_line[0] * 1.2 and per_line[1] < 4, per_line
+
+
+def test_a_killed_import_keeps_its_committed_batches_and_a_rerun_adds_nothing_twice(tmp_path):
+    s = Settings()
+    path, vectors = templated_file(tmp_path, 120)
+    calls = {"n": 0}
+
+    def dies_in_the_third_batch(texts):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt  # the user's Ctrl-C (or a kill) in the middle of batch 3
+        return FakeEncoder(vectors)(texts)
+
+    with pytest.raises(KeyboardInterrupt):
+        import_jsonl(path, s, embed=dies_in_the_third_batch, batch_size=50)
+    assert len(memories.list_memories(s)) == 100  # two batches committed, the third rolled back whole
+    again = import_jsonl(path, s, embed=FakeEncoder(vectors), batch_size=50)
+    assert (again.added, again.merged) == (20, 100)
+    stored = memories.list_memories(s)
+    assert len(stored) == 120 and len({m.content for m in stored}) == 120

@@ -1,17 +1,22 @@
-"""Importing memories from a JSONL file: every line validated, then all added with dedup in one transaction."""
+"""Importing memories from a JSONL file: every line validated first, then added with dedup a batch at a time, each
+batch its own transaction: a large import never holds one transaction, and an import killed midway keeps the batches
+it committed; run again, it adds nothing twice (the lines already in are exact repeats, merged, not re-embedded)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
 
 from cairn_cli.config import Settings
-from cairn_cli.core.store.dedup import AddResult, add_memories
+from cairn_cli.core.store.dedup import AddResult, add_memories, plan
+from cairn_cli.core.store.embedders import local_embedder
 from cairn_cli.core.store.embeddings import Embedder
 from cairn_cli.core.store.memories import MemoryInput, validate_entry
+from cairn_cli.core.store.semantic_index import SemanticIndexes
 from cairn_cli.errors import InvalidInput
 
 
@@ -73,8 +78,11 @@ def import_jsonl(
     skip_invalid: bool = False,
     progress: Callable[[int], None] | None = None,
     embed: Embedder | None = None,
+    batch_size: int = 512,
 ) -> ImportReport:
-    """Import a JSONL file. Any rejected line aborts the whole import unless skip_invalid (then it is reported)."""
+    """Import a JSONL file. Any rejected line aborts the whole import unless skip_invalid (then it is reported).
+    `batch_size` lines are embedded together and written in one transaction; the semantic dedup index is read once
+    and kept across the batches."""
     valid, rejected = parse_jsonl(path, default_source_ref=source_ref)
     if rejected and not skip_invalid:
         first = ", ".join(f"line {no}: {why}" for no, why in rejected[:3])
@@ -84,7 +92,21 @@ def import_jsonl(
             "fix those lines or pass --skip-invalid",
         )
     notes: list[str] = []
-    results = add_memories([entry for _, entry in valid], settings, progress=progress, embed=embed, notes=notes)
+    results: list[AddResult] = []
+    indexes = SemanticIndexes(settings.DEDUP_SEMANTIC_MIN)
+    entries = [entry for _, entry in valid]
+    batches = [entries[start : start + batch_size] for start in range(0, len(entries), batch_size)]
+    embedder = embed or local_embedder(settings)
+    # the next batch is embedded (the daemon's cores, or the model's threads) while this one is written
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="cairn-import-embed") as pool:
+        upcoming = pool.submit(plan(batches[0]).embed, embedder) if batches else None
+        for i, batch in enumerate(batches):
+            assert upcoming is not None
+            embedded = upcoming.result()
+            upcoming = pool.submit(plan(batches[i + 1]).embed, embedder) if i + 1 < len(batches) else None
+            said: list[str] = []
+            results += add_memories(batch, settings, progress=progress, notes=said, indexes=indexes, embedded=embedded)
+            notes += [n for n in said if n not in notes]  # a batch's note once, not once per batch
     return ImportReport(
         added=sum(r.action == "added" for r in results),
         merged=sum(r.action == "merged" for r in results),

@@ -13,32 +13,50 @@ from cairn_cli.core.store.memories import MemoryInput
 def merge_into(existing, entry: MemoryInput, method: str, similarity: float | None = None) -> list[str]:
     """Merge a written entry into an existing memory: keywords unioned, a missing source_ref filled, and what was
     written recorded in memory_merges. Returns the keywords it added."""
-    new_kws = [k for k in entry.keywords if k not in existing.keywords]
-    if new_kws:
-        existing.keywords = existing.keywords + new_kws
-    if existing.source_ref is None and entry.source_ref:
-        existing.source_ref = entry.source_ref
+    new_kws = fold(existing, entry)
     existing.updated_at = utcnow()
     existing.save()
     record_write(existing.id, entry, method, similarity)
     return new_kws
 
 
+def fold(existing, entry: MemoryInput) -> list[str]:
+    """What merging `entry` changes in `existing` (in memory, not saved): keywords unioned, a missing source_ref
+    filled. Returns the keywords it added."""
+    new_kws = [k for k in entry.keywords if k not in existing.keywords]
+    if new_kws:
+        existing.keywords = existing.keywords + new_kws
+    if existing.source_ref is None and entry.source_ref:
+        existing.source_ref = entry.source_ref
+    return new_kws
+
+
 def record_write(memory_id: int, entry: MemoryInput, method: str, similarity: float | None = None) -> None:
     """What was written into a memory (a merged entry, or the text an edit replaced), in memory_merges."""
+    record_writes([(memory_id, entry, method, similarity)])
+
+
+def record_writes(writes: list[tuple[int, MemoryInput, str, float | None]]) -> None:
+    """Many writes' records in memory_merges, a few inserts for all (an import merges thousands)."""
     from cairn_cli.db.tables import MemoryMerge
 
-    MemoryMerge.create(
-        memory_id=memory_id,
-        content=entry.content,
-        keywords=entry.keywords,
-        scope=entry.scope,
-        kind=entry.kind,
-        source_ref=entry.source_ref,
-        session_id=entry.session_id,
-        method=method,
-        similarity=similarity,
-    )
+    rows = [
+        {
+            "memory_id": memory_id,
+            "content": entry.content,
+            "keywords": entry.keywords,
+            "scope": entry.scope,
+            "kind": entry.kind,
+            "source_ref": entry.source_ref,
+            "session_id": entry.session_id,
+            "method": method,
+            "similarity": similarity,
+            "merged_at": utcnow(),
+        }
+        for memory_id, entry, method, similarity in writes
+    ]
+    for start in range(0, len(rows), 100):  # 11 parameters a row: well within every backend's limit
+        MemoryMerge.insert_many(rows[start : start + 100]).execute()
 
 
 @dataclass
