@@ -66,23 +66,20 @@ def cairn_exe() -> str:
     return str(exe) if exe.exists() else shutil.which("cairn") or "cairn"
 
 
-def cairn_json(home: Path, *args: str) -> Any:
-    done = subprocess.run(
-        [cairn_exe(), *args, "--json"], env=cairn_env(home), capture_output=True, text=True, timeout=300
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"cairn {' '.join(args)} --json exited {done.returncode}: {done.stderr.strip()[-400:]}")
-    return json.loads(done.stdout)
-
-
 def cairn_env(home: Path) -> dict[str, str]:
     return {**os.environ, "CAIRN_HOME": str(home), "HF_HUB_OFFLINE": "1"}
 
 
-def cairn(home: Path, *args: str) -> None:
+def cairn(home: Path, *args: str) -> str:
+    """`cairn *args` on the run's store; its stdout (a failure raises with its stderr)."""
     done = subprocess.run([cairn_exe(), *args], env=cairn_env(home), capture_output=True, text=True, timeout=300)
     if done.returncode != 0:
         raise RuntimeError(f"cairn {' '.join(args)} exited {done.returncode}: {done.stderr.strip()[-400:]}")
+    return done.stdout
+
+
+def cairn_json(home: Path, *args: str) -> Any:
+    return json.loads(cairn(home, *args, "--json"))
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -129,6 +129,11 @@ def hook_block(command: str, timeout: int) -> list[dict]:
     return [{"hooks": [{"type": "command", "command": command, "timeout": timeout}]}]
 
 
+def print_mode(run: Run, prompt: str, resume: str | None) -> list[str]:
+    """Claude Code's and Gemini CLI's one-shot form: `-p PROMPT`, JSON out, `--resume` for a later turn."""
+    return [str(run.cli), "-p", prompt, "--output-format", "json", *(["--resume", resume] if resume else [])]
+
+
 class Claude:
     @staticmethod
     def configure(run: Run) -> dict[str, str]:
@@ -144,10 +149,7 @@ class Claude:
 
     @staticmethod
     def command(run: Run, turn: int, prompt: str, previous: dict) -> list[str]:
-        cmd = [str(run.cli), "-p", prompt, "--output-format", "json"]
-        if turn > 1:
-            cmd += ["--resume", previous["session_id"]]
-        return cmd
+        return print_mode(run, prompt, previous["session_id"] if turn > 1 else None)
 
     @staticmethod
     def session(stdout: str) -> dict:
@@ -245,10 +247,7 @@ class Gemini:
 
     @staticmethod
     def command(run: Run, turn: int, prompt: str, previous: dict) -> list[str]:
-        cmd = [str(run.cli), "-p", prompt, "--output-format", "json"]
-        if turn > 1:
-            cmd += ["--resume", "latest"]
-        return cmd
+        return print_mode(run, prompt, "latest" if turn > 1 else None)
 
     @staticmethod
     def session(stdout: str) -> dict:

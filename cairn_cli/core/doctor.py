@@ -106,7 +106,7 @@ def check_hooks(cwd, home, env: dict, *, store_error: Finding | None = None, dae
     installed_any = False
     for agent, (folder, _) in cs.FILES.items():
         agent_home = home / folder if agent != "codex" or not env.get("CODEX_HOME") else Path(env["CODEX_HOME"])
-        installed = [w for w in cs.WHERE if _has_cairn_hooks(cs.settings_path(w, cwd, home, agent))]
+        installed = [w for w in cs.WHERE if _cairn_hooks(cs.settings_path(w, cwd, home, agent))]
         if not installed:
             if agent_home.is_dir():
                 out.append(
@@ -218,14 +218,8 @@ def _missing_programs(path) -> list[str]:
     import shutil
 
     from cairn_cli.core.hooks import agent_settings as cs
-    from cairn_cli.errors import InvalidInput
 
-    try:
-        hooks = cs.load(path).get("hooks") or {}
-    except InvalidInput:
-        return []
-    groups = [g for event in hooks.values() if isinstance(event, list) for g in event if isinstance(g, dict)]
-    programs = {p for g in groups for h in g.get("hooks") or [] if (p := cs.hook_executable(h))}
+    programs = {p for h in _cairn_hooks(path) if (p := cs.hook_executable(h))}
     return sorted(
         p
         for p in programs
@@ -233,16 +227,17 @@ def _missing_programs(path) -> list[str]:
     )
 
 
-def _has_cairn_hooks(path) -> bool:
+def _cairn_hooks(path) -> list[dict]:
+    """cairn's hooks in the agent settings file `path` (none for a file that is missing or unreadable)."""
     from cairn_cli.core.hooks import agent_settings as cs
     from cairn_cli.errors import InvalidInput
 
     try:
         hooks = cs.load(path).get("hooks") or {}
     except InvalidInput:
-        return False
+        return []
     groups = [g for event in hooks.values() if isinstance(event, list) for g in event if isinstance(g, dict)]
-    return any(cs.is_cairn_hook(h) for g in groups for h in g.get("hooks") or [])
+    return [h for g in groups for h in g.get("hooks") or [] if cs.is_cairn_hook(h)]
 
 
 def _gemini_trusts(gemini_home, cwd) -> bool:

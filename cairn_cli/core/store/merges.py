@@ -10,16 +10,6 @@ from cairn_cli.config import Settings
 from cairn_cli.core.store.memories import MemoryInput
 
 
-def merge_into(existing, entry: MemoryInput, method: str, similarity: float | None = None) -> list[str]:
-    """Merge a written entry into an existing memory: keywords unioned, a missing source_ref filled, and what was
-    written recorded in memory_merges. Returns the keywords it added."""
-    new_kws = fold(existing, entry)
-    existing.updated_at = utcnow()
-    existing.save()
-    record_write(existing.id, entry, method, similarity)
-    return new_kws
-
-
 def fold(existing, entry: MemoryInput) -> list[str]:
     """What merging `entry` changes in `existing` (in memory, not saved): keywords unioned, a missing source_ref
     filled. Returns the keywords it added."""
