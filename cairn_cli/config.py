@@ -107,6 +107,13 @@ _SETTINGS = [
     Setting("CONFIDENCE_PRIOR_POS", 3.0, float, "Beta prior pseudo-count for corroboration (new memory: 0.75)."),
     Setting("CONFIDENCE_PRIOR_NEG", 1.0, float, "Beta prior pseudo-count for contradiction."),
     Setting("INJECTION_MAX_CHARS", 10000, int, "Upper bound of the printed injection block (Claude Code's limit)."),
+    Setting(
+        "VECTOR_INDEX_ABOVE",
+        50000,
+        int,
+        "Above this many live memories the daemon ranks from a vector index kept beside the store and the full-text "
+        "index instead of holding the whole store in memory (bench/scale.md).",
+    ),
     Setting("RERANKER_ENABLED", True, bool, "Use a cross-encoder rerank stage when one resolves."),
     Setting("RERANK_CANDIDATES", 20, int, "The most candidates the cross-encoder rescores (the plan may take fewer)."),
     Setting(

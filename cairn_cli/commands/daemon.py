@@ -33,6 +33,13 @@ def _show(st, json: bool) -> None:
                     else ""
                 )
             )
+        search = st.health.get("search")
+        if search:
+            output.text_out(
+                f"candidates: {search['path']}"
+                + (f" ({search['vectors']:,} vectors)" if search.get("vectors") is not None else "")
+                + (f"; the vector index above {search['above']:,} memories" if search.get("above") else "")
+            )
         plan = st.health.get("rerank_plan")
         if plan:
             _show_plan(plan)

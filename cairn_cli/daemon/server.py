@@ -168,6 +168,7 @@ class Daemon:
         if shared_store():  # the embedder the team's store vectors were made with, before it is loaded
             self._note_embedder(embedders.sync(self.settings, refused=self.refused_embedders))
         self.engine = RankEngine(embedders.live_encoder(self.settings))
+        self.engine.vector_index_above = self.settings.VECTOR_INDEX_ABOVE
         self.models = model_queue(self.engine.encoder)
         self.refresh_reranker(self.settings, wait=True)
         t0 = time.time()
@@ -532,6 +533,7 @@ class Daemon:
             "in_flight": in_flight,
             "models_queue": self.models.stats() if self.models is not None else None,
             "rss_mb": round(_rss_mb(), 1),
+            "search": eng.search_path(self.settings) if eng else None,
             "embed_model": eng.encoder.name if eng and eng.encoder else None,
             "embedder": {"reembed": dict(self.reembed) if self.reembed else None, "note": self.embedder_note},
             "reranker": eng.reranker.name if eng and eng.reranker else "none",

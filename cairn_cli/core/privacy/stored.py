@@ -192,8 +192,11 @@ def rewrite_files(home: Path, transform: Transform, *, apply: bool, out: Rewrite
 def compact_stores() -> list[str]:
     """Each store compacted (db.compact): what was deleted or rewritten is gone from the files too, not only from
     the rows; what could not be compacted."""
-    from cairn_cli import db
+    from cairn_cli import config, db
+    from cairn_cli.core.store import vector_index
 
+    # the vector indexes are derived from the store: dropped, a daemon builds them again from what is left
+    vector_index.drop_saved(config.home_dir(), config.memory_db_url())
     return [note for note in (db.compact(kind) for kind in ("memory", "ephemeral")) if note]
 
 

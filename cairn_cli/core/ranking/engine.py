@@ -19,7 +19,7 @@ import _thread  # threading's lock without threading's import (the fallback's ho
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from cairn_cli import config
 from cairn_cli.config import Settings
@@ -161,6 +161,10 @@ class RankEngine:
         # only: a table of the whole store under a candidate embedder)
         self.scratch = False
         self.calibration = None  # its embedder's cosines -> the base's scale (None: embedders.calibration of it)
+        # the daemon's: a store with more live memories than this ranks from indexes (core/ranking/candidates.py),
+        # not a table of the whole store (None: always the table)
+        self.vector_index_above: int | None = None
+        self._vectors: dict[tuple, _Vectors] = {}
 
     def view(self, *, encoder, reranker: Reranker | None, store_encoder=None, profile_as=None) -> RankEngine:
         """This engine's warm tables with other models: the daemon's per-request engine (its queued encoder, the
@@ -173,6 +177,7 @@ class RankEngine:
         )
         other._tables, other._refreshing, other.store_encoder = self._tables, self._refreshing, store_encoder
         other.profile_as, other.scratch, other.calibration = profile_as, self.scratch, self.calibration
+        other.vector_index_above, other._vectors = self.vector_index_above, self._vectors
         return other
 
     @classmethod
@@ -202,7 +207,84 @@ class RankEngine:
             from cairn_cli.core.ranking.fallback import IndexedEntry
 
             return IndexedEntry(settings, self.notes)
+        if self.vector_index_above is not None and self.encoder is not None:
+            big = self._indexed_entry(settings)
+            if big is not None:
+                return big
         return self._warm_table(settings)
+
+    def search_path(self, settings: Settings) -> dict:
+        """How this engine finds a store's candidates (what `cairn daemon status` shows)."""
+        if self.indexed or self.encoder is None:
+            return {"path": "full-text index (no embedder)"}
+        held = self._vectors.get(_vectors_key(settings, self.embed_model))
+        if held is not None and held.big:
+            return {
+                "path": "vector index (usearch HNSW) + full-text index",
+                "vectors": len(held.index),
+                "above": self.vector_index_above,
+                "directory": str(held.index.directory),
+            }
+        return {"path": "exact scan of the whole store in memory", "above": self.vector_index_above}
+
+    def _indexed_entry(self, settings: Settings):
+        """A big store's entry (core/ranking/candidates.py) with its vector index caught up, or None while the store
+        has no more than `vector_index_above` live memories (its table is then the whole store, in memory)."""
+        from cairn_cli.core.ranking.candidates import CandidateEntry
+        from cairn_cli.db import fulltext as sql
+
+        key = _vectors_key(settings, self.embed_model)
+        held = self._vectors.get(key)
+        version = store_version(settings)
+        if held is None or held.size_version != version[1]:
+            live = sum(r.n + r.n_meta for r in sql.scope_stats())
+            threshold = self.vector_index_above or 0
+            if held is None:
+                held = self._vectors.setdefault(key, _Vectors())
+            # once big, a store stays so until it has shrunk to half the threshold (no flapping at the edge)
+            held.big = live > threshold or (held.big and live > threshold // 2)
+            held.size_version = version[1]
+        if not held.big:
+            if held.index is not None:
+                self._vectors.pop(key, None)
+            return None
+        if held.index is not None and held.index.stale():  # a forget dropped the saved index: built again
+            held.index, held.version = None, None
+            held.kinds.clear()
+        if held.index is None or held.version != version:
+            blocking = held.index is None  # the first time: every ranking needs it, all wait for it
+            if self._refreshing.acquire(blocking=blocking):
+                try:
+                    self._catch_up(settings, held, version)
+                finally:
+                    self._refreshing.release()
+        cal = self.calibration
+        if cal is None:
+            from cairn_cli.core.store.embedders import calibration
+
+            cal = calibration(self.embed_model)
+        return CandidateEntry(settings, [], held.index, held.lock, cal, held.kinds)
+
+    def _catch_up(self, settings: Settings, held: _Vectors, version: tuple) -> None:
+        """Open the saved index (or start one) and apply the memories changed since it was saved: embedded first (a
+        model call for those written without a vector), applied holding the readers back."""
+        import datetime as dt
+
+        from cairn_cli.core.store import vector_index
+
+        if held.index is None:
+            directory = vector_index.index_dir(config.home_dir(), version[0], self.embed_model or "")
+            held.index = vector_index.VectorIndex.open(self.embed_model or "", self.encoder.dim, directory)
+        index = held.index
+        since = dt.datetime.fromisoformat(index.since) if index.since else None
+        worth_saving = False
+        for batch in _vector_rows(self.embed_model, since, index.max_id):
+            rows = self._embedded_vectors(batch, settings)
+            with held.lock.exclusive():
+                worth_saving = index.apply(rows, threads=0 if since is None else 1) or worth_saving
+        held.version = version
+        if worth_saving or since is None:
+            index.save()
 
     @contextmanager
     def reading(self, entry: RankEntry) -> Iterator[RankEntry]:
@@ -324,8 +406,75 @@ class RankEngine:
             store_embeddings([c.id for c in cands], vecs, encoder.name)
         return vecs
 
+    def _embedded_vectors(self, batch: list, settings: Settings) -> list:
+        """`batch` (of _vector_rows) as the vector index applies it: (id, scope, unit vector or None, updated_at),
+        the live memories without a vector of this embedder embedded (and it stored)."""
+        import numpy as np
+
+        from cairn_cli.core.ranking.lexical import Candidate
+
+        missing = [r for r in batch if r[2] is None and not r[3]]
+        cands = [Candidate(r[0], r[5], list(r[6] or []), r[1], "", 0.0, r[4]) for r in missing]
+        made = dict(zip([r[0] for r in missing], self._embed_and_store(cands, settings)))
+        out = []
+        for memory_id, scope, blob, superseded, updated, _, _ in batch:
+            vec = None
+            if not superseded:
+                vec = made.get(memory_id) if blob is None else np.frombuffer(blob, dtype=np.float32)
+            out.append((memory_id, scope, vec, updated))
+        return out
+
     def embed(self, texts: list[str]):
         return self.encoder.encode(texts)
+
+
+@dataclass
+class _Vectors:
+    """A big store's vector index as the engine keeps it: is the store big, at which max id that was read, the index
+    and the store version it has applied, the lock its refresh takes alone, and the kinds read of its scopes."""
+
+    big: bool = False
+    size_version: int = -1
+    index: Any = None
+    version: tuple | None = None
+    lock: SharedLock = field(default_factory=SharedLock)
+    kinds: dict = field(default_factory=dict)
+
+
+def _vectors_key(settings: Settings, embed_model: str | None) -> tuple:
+    return config.memory_db_url(settings.DB_URL), embed_model
+
+
+def _vector_rows(embed_model: str | None, since, after_id: int, batch: int = 10_000):
+    """The memories changed since a point (every live one when `since` is None), in batches of (id, scope, stored
+    vector of `embed_model` or None, superseded?, updated_at, content, keywords) tuples."""
+    from cairn_cli.db.tables import Memory
+
+    query = Memory.select(
+        Memory.id,
+        Memory.scope,
+        Memory.embedding,
+        Memory.embedding_model,
+        Memory.superseded_by,
+        Memory.updated_at,
+        Memory.content,
+        Memory.keywords,
+    )
+    if since is None:
+        query = query.where(Memory.superseded_by.is_null())
+    else:
+        query = query.where((Memory.updated_at >= since) | (Memory.id > after_id))
+    rows = []
+    row: Any
+    for row in query.order_by(Memory.id).tuples():
+        memory_id, scope, blob, model, superseded, updated, content, keywords = row
+        usable = blob is not None and model == embed_model
+        rows.append((memory_id, scope, blob if usable else None, superseded is not None, updated, content, keywords))
+        if len(rows) >= batch:
+            yield rows
+            rows = []
+    if rows:
+        yield rows
 
 
 def _scopes(entry: _Table) -> list[str]:

@@ -1,0 +1,331 @@
+"""A big store's table (#30): the composite of a few hundred candidates instead of every memory in scope.
+
+Above CAIRN_VECTOR_INDEX_ABOVE live memories the daemon keeps no scoring table of the whole store. A ranking takes
+its candidates from two indexes: the store's full-text index (BM25's best by MaxScore, core/ranking/fallback.py)
+and the vector index (the nearest memories by cosine, core/store/vector_index.py), each per scope group; then it
+scores every candidate, and the neighbours that may lend them their score, exactly as ScoringTable.score does:
+the cosine of the memory's own stored vector, BM25 with the store's statistics, the scope, confidence, recency,
+the neighbour's share, the coverage factor. What can differ from the whole table is only who is a candidate: a
+memory that is neither among the VECTOR_DEPTH nearest nor among BM25's best cannot be chosen (bench/scale.md
+measures how often the whole table's top k is missed).
+
+Two parts are read differently: the dialog profile's joined keywords (a memory's field with its previous
+neighbour's) are max-normalised over the candidates, not the scope; and the kind of store is read from the scope's
+newest memories.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import orjson
+
+from cairn_cli.clock import utcnow
+from cairn_cli.config import Settings
+from cairn_cli.core.ids import GLOBAL_SCOPE
+from cairn_cli.core.ranking import fallback as lexical
+from cairn_cli.core.ranking.lexical import BM25_B, BM25_K1, COMPONENTS, Candidate, Scored, unknown_weight
+from cairn_cli.core.store import search_index
+from cairn_cli.core.text import terms
+
+VECTOR_DEPTH = 200  # the nearest memories taken per scope group and query vector (at least 2 k)
+
+
+@dataclass
+class VectorQuery:
+    """What `similarities` hands back to `score`: the prompt's vector, the window's (or None) and its margin."""
+
+    prompt: np.ndarray
+    window: np.ndarray | None = None
+    margin: float = 0.0
+
+
+class CandidateEntry:
+    """What `rank()` reads of a big store: the full-text index's counts and scopes (fallback.IndexedEntry), the
+    vector index, and the lock a refresh of the vector index takes alone."""
+
+    def __init__(self, settings: Settings, notes: list[str], vectors, lock, calibration=None, kinds_cache=None):
+        self.lexical = lexical.IndexedEntry(settings, notes)
+        self.vectors = vectors
+        self.lock = lock
+        self.scopes = sorted(set(self.lexical.scopes) | set(vectors.scopes()))
+        self.table = CandidateTable(self, calibration, {} if kinds_cache is None else kinds_cache)
+
+    def prefiltered(self, scope: str | None) -> int:
+        return self.lexical.prefiltered(scope)
+
+    def in_scope_count(self, scope: str | None) -> int:
+        return self.lexical.in_scope_count(scope)
+
+
+class CandidateTable:
+    """The ScoreTable (lexical.py) of a big store: ScoringTable.score's ranking and components over candidates."""
+
+    def __init__(self, entry: CandidateEntry, calibration, kinds_cache: dict):
+        self.entry = entry
+        self.calibration = calibration
+        self._kinds = kinds_cache  # scope -> (memories in scope when read, kind)
+
+    def __len__(self) -> int:
+        return self.entry.in_scope_count(None)
+
+    def similarities(self, query_vec) -> VectorQuery:
+        return VectorQuery(np.asarray(query_vec, dtype=np.float32))
+
+    def window_similarities(self, prompt_vec, window_vec, margin: float) -> tuple[VectorQuery, bool]:
+        """(what ranks, what the floor reads): both are read in `score`, from the two vectors."""
+        query = VectorQuery(np.asarray(prompt_vec, dtype=np.float32), np.asarray(window_vec, dtype=np.float32), margin)
+        return query, True
+
+    def _to_base(self, cos, which: str):
+        return cos if self.calibration is None else self.calibration.to_base(cos, which)
+
+    def cosines(self, memory_ids: list[int]) -> dict[int, dict[int, float]]:
+        vecs = self.entry.vectors.vectors(memory_ids)
+        ids = [i for i in memory_ids if i in vecs]
+        if len(ids) < 2:
+            return {}
+        rows = np.stack([vecs[i] for i in ids]).astype(np.float64)
+        norms = np.linalg.norm(rows, axis=1)
+        rows = rows / np.where(norms > 0, norms, 1.0)[:, None]
+        sims = self._to_base(rows @ rows.T, "memory").tolist()
+        return {a: dict(zip(ids, row)) for a, row in zip(ids, sims)}
+
+    def kind(self, scope: str | None) -> str:
+        """The kind of store the scope's memories make (core/ranking/kinds.py), read off its newest SAMPLE ones, read
+        again when the scope has grown by a tenth."""
+        from cairn_cli.core.ranking import kinds
+        from cairn_cli.db import fulltext as sql
+
+        count = self.entry.in_scope_count(scope)
+        known = self._kinds.get(scope)
+        if known is not None and known[0] <= count <= known[0] * 1.1:
+            return known[1]
+        groups = [s for group, _ in lexical._groups(scope) for s in (group or [])] or None
+        ids = sql.newest(groups, kinds.SAMPLE, with_meta=not self.entry.lexical.prefilter)
+        rows = {r[0]: r for r in sql.memory_rows(ids)}
+        found = kinds.store_kind([rows[i][1] for i in ids if i in rows])
+        if found == kinds.NOTES and len(ids) >= kinds.MIN_MEMORIES:
+            docs = lexical._IndexSource(self.entry.lexical.prefilter).docs(ids)
+            near = sql.neighbours(docs, with_meta=not self.entry.lexical.prefilter)
+            pairs = [(i, before) for i, (before, _) in near.items() if before is not None]
+            vecs = self.entry.vectors.vectors(sorted({i for pair in pairs for i in pair}))
+            pairs = [(i, b) for i, b in pairs if i in vecs and b in vecs]
+            if pairs:
+                order = sorted(vecs)
+                slot = {i: n for n, i in enumerate(order)}
+                matrix = np.stack([vecs[i] for i in order])
+                coherence = kinds.neighbour_coherence(matrix, [slot[i] for i, _ in pairs], [slot[b] for _, b in pairs])
+                if coherence >= kinds.ORDERED_COHERENCE:
+                    found = kinds.SEQUENCE
+        self._kinds[scope] = (count, found)
+        return found
+
+    def _joined_avg(self) -> float:
+        """The average length of a memory's field joined with its previous neighbour's over the store (what
+        scoring.py's joined BM25 normalises by), read again when the store has grown by a tenth."""
+        from cairn_cli.db import fulltext as sql
+
+        count = self.entry.in_scope_count(None)
+        known = self._kinds.get(("joined",))
+        if known is None or not known[0] <= count <= known[0] * 1.1:
+            n, total = sql.joined_length(self.entry.lexical.weight, with_meta=not self.entry.lexical.prefilter)
+            known = self._kinds[("joined",)] = (count, total / n if n else 1.0)
+        return known[1]
+
+    def score(
+        self,
+        query_text: str,
+        similarities,
+        *,
+        scope: str | None,
+        weights: dict[str, float],
+        half_life_days: float,
+        now: dt.datetime | None = None,
+        top: int | None = None,
+        neighbour_weight: float = 0.0,
+        context_keywords: float = 0.0,
+        coverage: bool = False,
+        query_terms: Mapping[str, float] | None = None,
+        floor_similarities=None,
+    ) -> list[Scored]:
+        """ScoringTable.score over the candidates (see the module note)."""
+        for name in weights:
+            if name not in COMPONENTS:
+                raise unknown_weight(name)
+        entry = self.entry.lexical
+        in_scope = entry.in_scope_count(scope)
+        want = in_scope if top is None else min(top, in_scope)
+        if want <= 0:
+            return []
+        from cairn_cli.db import fulltext as sql
+
+        weight_of = dict.fromkeys(terms(query_text), 1.0) if query_terms is None else dict(query_terms)
+        weight_of = {t: w for t, w in weight_of.items() if w > 0}
+        source = lexical._IndexSource(entry.prefilter)
+        stats = lexical._Stats(entry.scope_rows, entry.prefilter, entry.weight)
+        fast = not sql.is_postgres() and entry.weight == search_index.FULLTEXT_KEYWORD_WEIGHT
+        depth = want if not neighbour_weight else min(in_scope, max(4 * want, want + 50))
+        query = similarities if isinstance(similarities, VectorQuery) else None
+        bm25: dict[int, float] = {}
+        idf: dict[str, float] = {}
+        near_ids: set[int] = set()
+        for scopes, _ in lexical._groups(scope):
+            if fast:
+                got = lexical._maxscore(source, stats, weight_of, scopes, depth, entry.prefilter, idf)
+            else:
+                got = lexical._exhaustive(source, stats, weight_of, scopes, depth, entry, False, idf)
+            bm25.update(got)
+            if query is not None:
+                wide = max(VECTOR_DEPTH, 2 * depth)
+                for vec in (query.prompt, query.window):
+                    if vec is not None:
+                        near_ids.update(self.entry.vectors.nearest(vec, wide, scopes).ids.tolist())
+        docs = {d.memory_id: d for d in source.docs(sorted(set(bm25) | near_ids))}
+        in_groups = {s for group, _ in lexical._groups(scope) for s in (group if group is not None else entry.counts)}
+        ranked = {
+            i for i, d in docs.items() if d.scope in in_groups and not (d.meta and entry.prefilter)
+        }  # a memory of another scope or one the prefilter drops is never a candidate
+        neighbours: dict[int, tuple[int | None, int | None]] = {}
+        if neighbour_weight or context_keywords:
+            for _ in range(2 if neighbour_weight else 1):  # the neighbours, and theirs: each is scored with its own
+                todo = [docs[i] for i in ranked if i not in neighbours]
+                neighbours.update(source.neighbours(todo, with_meta=not entry.prefilter))
+                others = sorted({n for pair in neighbours.values() for n in pair if n is not None and n not in docs})
+                for doc in source.docs(others):
+                    docs[doc.memory_id] = doc
+                    if doc.scope in in_groups and not (doc.meta and entry.prefilter):
+                        ranked.add(doc.memory_id)
+                if not neighbour_weight:
+                    break
+        for i in ranked:
+            if i not in bm25:
+                bm25[i] = lexical._doc_bm25(docs[i], idf, entry.weight, stats.avgdl)
+        ids = sorted(ranked)
+        if not ids:
+            return []
+        slot = {i: n for n, i in enumerate(ids)}
+        n = len(ids)
+        requested = scope if scope and scope != GLOBAL_SCOPE else None
+        scope_bonus = np.asarray([1.0 if docs[i].scope == requested else 0.0 for i in ids])
+        raw_bm25 = np.asarray([bm25[i] for i in ids], dtype=np.float64)
+        best = float(raw_bm25.max()) or 1.0
+        has_vec = np.zeros(n, dtype=bool)
+        sims = floor_sims = np.zeros(n, dtype=np.float64)
+        if query is not None:
+            vecs = self.entry.vectors.vectors(ids)
+            has_vec = np.asarray([i in vecs for i in ids])
+            matrix = np.zeros((n, len(query.prompt)), dtype=np.float32)
+            for i, vec in vecs.items():
+                matrix[slot[i]] = vec
+            prompt_cos = np.asarray(self._to_base(matrix @ query.prompt, "query"), dtype=np.float64)
+            sims = floor_sims = prompt_cos
+            if query.window is not None:
+                window_cos = np.asarray(self._to_base(matrix @ query.window, "query"), dtype=np.float64)
+                sims = np.maximum(prompt_cos, window_cos - query.margin)
+                floor_sims = np.maximum(prompt_cos, window_cos)
+        rows = _memories(ids, has_vec, slot)
+        now_ts = (now or utcnow()).timestamp()
+        columns = {
+            "similarity": np.where(has_vec, np.clip(sims, 0, None), 0.0),
+            "keywords": raw_bm25 / best,
+            "scope": scope_bonus,
+            "confidence": np.asarray([rows[i].confidence for i in ids], dtype=np.float64),
+            "recency": _recency([rows[i].updated_at for i in ids], now_ts, half_life_days),
+        }
+        total = np.zeros(n, dtype=np.float64)
+        scope_part = np.zeros(n, dtype=np.float64)
+        for name, weight in weights.items():
+            if weight:
+                part = weight * columns[name]
+                total += part
+                if name == "scope":
+                    scope_part = part
+        joined = None
+        if context_keywords:
+            joined = _joined_bm25(ids, docs, neighbours, idf, entry.weight, self._joined_avg())
+            total += context_keywords * joined / (float(joined.max()) or 1.0)
+        lent = np.zeros(n, dtype=np.float64)
+        if neighbour_weight:
+            lent_scope = np.zeros(n, dtype=np.float64)
+            base, base_scope = total.copy(), scope_part.copy()
+            for i in ids:
+                for other in neighbours.get(i, (None, None)):
+                    j = slot.get(other) if other is not None else None
+                    if j is not None and base[j] > lent[slot[i]]:
+                        lent[slot[i]], lent_scope[slot[i]] = base[j], base_scope[j]
+            total = total + neighbour_weight * lent
+            scope_part = scope_part + neighbour_weight * lent_scope
+        relevance = total - scope_part
+        if floor_similarities is not None and query is not None and weights.get("similarity"):
+            gap = np.clip(floor_sims, 0, None) - np.clip(sims, 0, None)
+            relevance = relevance + weights["similarity"] * np.where(has_vec, np.clip(gap, 0, None), 0.0)
+        known = _coverage(weight_of, idf, stats) if coverage else None
+        if known is not None:
+            relevance = relevance * known
+        order = np.lexsort((-np.asarray(ids), -total))[:want]
+        out = []
+        for k in order.tolist():
+            i = ids[k]
+            c = {name: round(float(columns[name][k]), 6) for name in weights}
+            c["keywords_bm25"] = round(float(raw_bm25[k]), 6)
+            if joined is not None:
+                c["keywords_context"] = round(float(joined[k] / (float(joined.max()) or 1.0)), 6)
+            if neighbour_weight:
+                c["neighbour"] = round(float(lent[k]), 6)
+            if known is not None:
+                c["coverage"] = round(known, 6)
+            c["composite"] = round(float(total[k]), 6)
+            c["relevance"] = round(float(relevance[k]), 6)
+            out.append(Scored(rows[i], float(total[k]), c))
+        return out
+
+
+def _memories(ids: list[int], has_vec: np.ndarray, slot: dict[int, int]) -> dict[int, Candidate]:
+    rows = lexical._memories(ids)
+    for i, cand in rows.items():
+        cand.has_embedding = bool(has_vec[slot[i]])
+    return rows
+
+
+def _recency(updated: list[dt.datetime], now_ts: float, half_life_days: float) -> np.ndarray:
+    if half_life_days <= 0:
+        return np.zeros(len(updated))
+    age_days = np.clip((now_ts - np.asarray([u.timestamp() for u in updated])) / 86400.0, 0, None)
+    return 0.5 ** (age_days / half_life_days)
+
+
+def _coverage(weight_of: Mapping[str, float], idf: Mapping[str, float], stats) -> float:
+    """LexicalIndex.coverage from the index's statistics: the IDF-weighted share of the query's terms the store
+    holds (`idf` has the weighted IDF of those it holds; an unknown term weighs the most, df 0)."""
+    if not weight_of:
+        return 0.0
+    weights = {t: idf[t] if t in idf else lexical._weighted(stats.idf(0), w) for t, w in weight_of.items()}
+    total = sum(weights.values())
+    return sum(w for t, w in weights.items() if t in idf) / total if total else 0.0
+
+
+def _joined_bm25(ids, docs, neighbours, idf, weight: int, avg: float) -> np.ndarray:
+    """BM25 of each memory's field joined with its previous neighbour's (scoring.py's `_joined`); `avg`: the joined
+    fields' average length over the store."""
+    out = np.zeros(len(ids), dtype=np.float64)
+    avg = avg or 1.0
+    for k, i in enumerate(ids):
+        counts = orjson.loads(docs[i].terms)
+        length = docs[i].content_len + weight * docs[i].keyword_len
+        before = neighbours.get(i, (None, None))[0]
+        prev = docs.get(before) if before is not None else None
+        prev_counts = orjson.loads(prev.terms) if prev is not None else {}
+        if prev is not None:
+            length += prev.content_len + weight * prev.keyword_len
+        norm = BM25_K1 * (1 - BM25_B + BM25_B * length / avg)
+        score = 0.0
+        for term, w in idf.items():
+            tf = sum(c[0] + weight * c[1] for c in (counts.get(term), prev_counts.get(term)) if c is not None)
+            if tf:
+                score += w * tf * (BM25_K1 + 1) / (tf + norm)
+        out[k] = score
+    return out

@@ -1,0 +1,308 @@
+"""#30 point 2: ranking at 10k / 100k / 1M memories — the hook path, the daemon's resident memory, its start and
+restart, the daemon-down fallback, and how often the big store's candidates miss the whole table's top k.
+
+    .venv/bin/python scripts/bench_ann.py vectors --out /tmp/ann      # the bundled model's vectors of real text, once
+    .venv/bin/python scripts/bench_scale.py --sizes 10000,100000 [--runs 30] [--quality 200]
+
+The stores: the 9,355 real texts of bench_ann (LoCoMo turns, TREC DL 2019 passages, Cranfield abstracts) with the
+bundled model's vectors, grown to each size with mixtures of two of them (synthetic, said so in the report): the
+mixture's vector is w a + (1 - w) b normalised, its text the first part of a's words and the rest of b's, so that
+words and vectors agree roughly. 80% in one project scope, 20% global; twenty memories a session (neighbours).
+The prompts are LoCoMo's and TREC's real questions, embedded live by the daemon.
+
+Per size, side by side: bare `python -c pass`; `cairn rank` as a new process against the warm daemon, composite
+only (the reranker off), and its in-daemon stage times (`timings_ms`); the daemon's RSS composite only and with
+a student loaded (CAIRN_RERANKER_ENABLED on, the bundled MiniLM with a fresh head); the daemon's first start
+(builds the vector index above CAIRN_VECTOR_INDEX_ABOVE) and its restart (opens the saved one); the fallback with
+the daemon down; and, in process, the whole-store table against the big store's candidates (the same model, the
+same questions): the share of identical top 10s and the mean overlap. Results: bench/scale.{md,json}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import bench_ann  # noqa: E402
+import bench_hot_path as hot  # noqa: E402
+
+SCOPE = "proj"
+SESSION_LEN = 20
+
+
+def questions() -> list[str]:
+    _, queries = bench_ann.real_texts()
+    return [q for q in queries if len(q.split()) >= 3]
+
+
+def grown_store(texts: list[str], vecs: np.ndarray, n: int, seed: int = 7):
+    """(text, vector) per memory: the real ones, then mixtures of two (synthetic)."""
+    rng = np.random.default_rng(seed)
+    words = [t.split() for t in texts]
+    for i in range(min(n, len(texts))):
+        yield texts[i], vecs[i]
+    for _ in range(max(0, n - len(texts))):
+        a, b = int(rng.integers(len(texts))), int(rng.integers(len(texts)))
+        w = float(rng.uniform(0.5, 1.0))
+        mix = w * vecs[a] + (1 - w) * vecs[b] + rng.normal(0, 0.01, vecs.shape[1]).astype(np.float32)
+        cut_a, cut_b = max(1, int(len(words[a]) * w)), int(len(words[b]) * w)
+        text = " ".join(words[a][:cut_a] + words[b][cut_b:])
+        yield text, (mix / np.linalg.norm(mix)).astype(np.float32)
+
+
+def make_store(home: Path, n: int, vectors: Path) -> dict:
+    """The store at `home` (SQLite, the bundled model's name on every vector) and its full-text index."""
+    os.environ["CAIRN_HOME"] = str(home)
+    from cairn_cli import config
+    from cairn_cli.core.store import search_index
+    from cairn_cli.core.text import normalise, sha256
+    from cairn_cli.db import close_all, open_db
+    from cairn_cli.db.tables import Memory, memory_proxy
+    from cairn_cli.ml.models import BUNDLED_EMBEDDER
+
+    texts, _ = bench_ann.real_texts()
+    vecs = np.load(vectors / "memories.npy")
+    close_all()
+    open_db(config.memory_db_url(), config.ephemeral_db_url())
+    rnd = random.Random(7)
+    now = dt.datetime(2026, 11, 1)
+    t0 = time.perf_counter()
+    rows = []
+    for i, (text, vec) in enumerate(grown_store(texts[: len(vecs)], vecs, n)):
+        text = f"{text} [{i}]"  # every memory its own (the store dedups exact repeats)
+        rows.append(
+            {
+                "content": text,
+                "content_hash": sha256(text),
+                "norm_hash": sha256(normalise(text)),
+                "keywords": [],
+                "scope": SCOPE if rnd.random() < 0.8 else "global",
+                "kind": "fact",
+                "confidence": 0.75,
+                "created_at": now,
+                "updated_at": now,
+                "session_id": f"s{i // SESSION_LEN}",
+                "embedding": vec.tobytes(),
+                "embedding_model": BUNDLED_EMBEDDER,
+            }
+        )
+        if len(rows) == 5000:
+            with memory_proxy.atomic():
+                Memory.insert_many(rows).execute()
+            rows = []
+    if rows:
+        with memory_proxy.atomic():
+            Memory.insert_many(rows).execute()
+    inserted = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    while search_index.sync(batch=5000):
+        pass
+    indexed = time.perf_counter() - t0
+    close_all()
+    return {"insert_s": round(inserted, 1), "fulltext_s": round(indexed, 1)}
+
+
+def rank_cmd(prompt: str, *, json_out: bool = False) -> list[str]:
+    return [hot.CAIRN, "rank", prompt, "--scope", SCOPE, "--session", "bench", "-k", "5"] + (
+        ["--json"] if json_out else []
+    )
+
+
+def timed_ranks(env: dict, prompts: list[str], runs: int, beside: list[float]) -> tuple[list[float], dict]:
+    """Whole-process ms of `cairn rank` and the daemon's own stage times (timings_ms) per stage."""
+    whole, stages = [], {}
+    for i in range(runs):
+        hot.bare_run(beside)
+        t0 = time.perf_counter()
+        proc = subprocess.run(rank_cmd(prompts[i % len(prompts)], json_out=True), env=env, capture_output=True, text=True)
+        whole.append((time.perf_counter() - t0) * 1000)
+        if proc.returncode != 0:
+            raise SystemExit(f"cairn rank failed: {proc.stderr}")
+        res = json.loads(proc.stdout)
+        for stage, ms in (res.get("timings_ms") or {}).items():
+            stages.setdefault(stage, []).append(ms)
+    return whole, stages
+
+
+def pct(values: list[float]) -> dict:
+    from cairn_cli.core import metrics
+
+    return {"p50_ms": round(statistics.median(values), 2), "p95_ms": round(metrics.percentile(values, 95), 2)}
+
+
+def started(home: Path, env: dict) -> tuple[float, dict]:
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [hot.CAIRN, "daemon", "start", "--json", "--wait", "3600"], env=env, capture_output=True, text=True
+    )
+    took = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"daemon start failed: {proc.stdout} {proc.stderr}")
+    return took, hot.daemon(home, env, "status")
+
+
+def quality(home: Path, prompts: list[str], n_queries: int) -> dict:
+    """In process: the whole-store table and the big store's candidates, the same model and questions."""
+    os.environ["CAIRN_HOME"] = str(home)
+    os.environ["CAIRN_COMPOSITE_FLOOR"] = "off"
+    from cairn_cli.config import Settings
+    from cairn_cli.core.ranking.context import window_of
+    from cairn_cli.core.ranking.engine import RankEngine
+    from cairn_cli.core.ranking.rank import RankQuery, rank
+    from cairn_cli.core.store import embedders, open_stores
+    from cairn_cli.db import close_all
+
+    close_all()
+    settings = Settings()
+    open_stores(settings)
+    encoder = embedders.live_encoder(settings)
+    whole, big = RankEngine(encoder), RankEngine(encoder)
+    big.vector_index_above = 0
+    same, overlap, ms_whole, ms_big = 0, [], [], []
+    for q in prompts[:n_queries]:
+        t0 = time.perf_counter()
+        a = [m.id for m in rank(RankQuery(window_of(q), 10, SCOPE), settings, whole).items]
+        t1 = time.perf_counter()
+        b = [m.id for m in rank(RankQuery(window_of(q), 10, SCOPE), settings, big).items]
+        t2 = time.perf_counter()
+        ms_whole.append((t1 - t0) * 1000)
+        ms_big.append((t2 - t1) * 1000)
+        same += a == b
+        overlap.append(len(set(a) & set(b)) / max(1, len(a)))
+    close_all()
+    return {
+        "queries": min(n_queries, len(prompts)),
+        "identical_top10": round(same / min(n_queries, len(prompts)), 4),
+        "mean_overlap_at_10": round(statistics.fmean(overlap), 4),
+        "in_process_whole_table_ms": pct(ms_whole[1:]),
+        "in_process_candidates_ms": pct(ms_big[1:]),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="10000,100000")
+    ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--quality", type=int, default=200, help="questions for the table-vs-candidates check (0: none)")
+    ap.add_argument("--quality-up-to", type=int, default=100_000, help="the largest size checked in process")
+    ap.add_argument("--vectors", type=Path, default=Path("/tmp/ann"))
+    ap.add_argument("--out", default=str(ROOT / "bench" / "scale"))
+    ap.add_argument("--keep", type=Path, default=None, help="build the stores here and keep them")
+    args = ap.parse_args()
+    if not (args.vectors / "memories.npy").exists():
+        raise SystemExit(f"no vectors in {args.vectors}: run scripts/bench_ann.py vectors --out {args.vectors}")
+    hot.precompile()
+    prompts = questions()
+    random.Random(30).shuffle(prompts)
+    results: dict = {"machine": hot.machine(), "sizes": {}, "runs": args.runs, "command": " ".join(sys.argv)}
+    results["load_start"] = [round(x, 2) for x in os.getloadavg()]
+    base = args.keep or Path(tempfile.mkdtemp(prefix="cairn-scale-"))
+    for n in [int(s) for s in args.sizes.split(",")]:
+        home = base / f"s{n}"
+        row: dict = {}
+        if not (home / "memory.db").exists():
+            home.mkdir(parents=True, exist_ok=True)
+            row["store"] = make_store(home, n, args.vectors)
+            hot.make_student(home)
+        print(f"[{n}] store {row.get('store')}", file=sys.stderr)
+        env = hot.env_for(home, CAIRN_RERANKER_ENABLED="false")
+        took, status = started(home, env)
+        row["first_start_s"] = round(took, 1)
+        row["search"] = status.get("search")
+        hot.timed(rank_cmd("{prompt}"), env, 3)
+        beside: list[float] = []
+        whole, stages = timed_ranks(env, prompts, args.runs, beside)
+        row["daemon_composite"] = {**hot.stats(whole, beside), "stages": {k: pct(v) for k, v in stages.items()}}
+        row["rss_composite_mb"] = hot.daemon(home, env, "status").get("rss_mb")
+        hot.daemon(home, env, "stop")
+        took, status = started(home, env)
+        row["restart_s"] = round(took, 1)
+        hot.daemon(home, env, "stop")
+        env_s = hot.env_for(home, CAIRN_RERANK_BUDGET_MS="150")
+        started(home, env_s)
+        for prompt in prompts[:5]:
+            subprocess.run(rank_cmd(prompt), env=env_s, capture_output=True)
+        status = hot.daemon(home, env_s, "status")
+        row["rss_with_student_mb"] = status.get("rss_mb")
+        row["reranker"] = status.get("reranker")
+        hot.daemon(home, env_s, "stop")
+        beside = []
+        whole, _ = timed_ranks(env, prompts, args.runs, beside)
+        row["fallback"] = hot.stats(whole, beside)
+        if args.quality and n <= args.quality_up_to:
+            row["quality"] = quality(home, prompts, args.quality)
+        results["sizes"][str(n)] = row
+        print(f"[{n}] {json.dumps(row)}", file=sys.stderr)
+    results["load_end"] = [round(x, 2) for x in os.getloadavg()]
+    out = Path(args.out)
+    out.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
+    out.with_suffix(".md").write_text(report(results))
+    print(report(results))
+    return 0
+
+
+def report(results: dict) -> str:
+    m = results["machine"]
+    lines = [
+        "# Big stores: the hot path, the daemon's memory and start, at 10k / 100k / 1M (#30)",
+        "",
+        f"- machine: {json.dumps(m)}",
+        f"- command: `{results['command']}`; load average at the start {results['load_start']}, at the end "
+        f"{results['load_end']}",
+        "- stores: 9,355 real texts (LoCoMo, TREC DL 2019, Cranfield) with the bundled model's vectors, grown with"
+        " mixtures of two (synthetic); 80% in one project scope; prompts: real LoCoMo / TREC questions, k=5",
+        "",
+        "| memories | path | p50 ms | p95 ms | × bare python (p50) | bare p50 ms |",
+        "|---:|---|---:|---:|---:|---:|",
+    ]
+    for n, row in results["sizes"].items():
+        for key, label in (("daemon_composite", "daemon, composite only"), ("fallback", "daemon down: fallback")):
+            r = row[key]
+            lines.append(
+                f"| {int(n):,} | {label} | {r['p50_ms']} | {r['p95_ms']} | {r['x_bare']} | {r.get('bare_p50_ms')} |"
+            )
+    lines += [
+        "",
+        "| memories | candidates from | stages in the daemon p95 ms (table / embed / score) | RSS MB composite |"
+        " RSS MB with student | first start s | restart s |",
+        "|---:|---|---|---:|---:|---:|---:|",
+    ]
+    for n, row in results["sizes"].items():
+        st = row["daemon_composite"]["stages"]
+        stage = " / ".join(str(st.get(k, {}).get("p95_ms", "-")) for k in ("table", "embed", "score"))
+        lines.append(
+            f"| {int(n):,} | {(row.get('search') or {}).get('path')} | {stage} | {row['rss_composite_mb']} | "
+            f"{row['rss_with_student_mb']} | {row['first_start_s']} | {row['restart_s']} |"
+        )
+    lines += [
+        "",
+        "| memories | questions | identical top 10 | mean overlap@10 | whole table p50/p95 ms | candidates p50/p95 ms |",
+        "|---:|---:|---:|---:|---|---|",
+    ]
+    for n, row in results["sizes"].items():
+        q = row.get("quality")
+        if q:
+            w, c = q["in_process_whole_table_ms"], q["in_process_candidates_ms"]
+            lines.append(
+                f"| {int(n):,} | {q['queries']} | {q['identical_top10']} | {q['mean_overlap_at_10']} | "
+                f"{w['p50_ms']} / {w['p95_ms']} | {c['p50_ms']} / {c['p95_ms']} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

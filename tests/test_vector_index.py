@@ -1,0 +1,220 @@
+"""A big store ranked from indexes (#30): the vector index kept beside the store (core/store/vector_index.py) and the
+candidates' composite (core/ranking/candidates.py), against the whole-store table on a real SQLite store."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from cairn_cli import config
+from cairn_cli.config import Settings
+from cairn_cli.core.ranking.context import window_of
+from cairn_cli.core.ranking.engine import RankEngine
+from cairn_cli.core.ranking.rank import RankQuery, rank
+from cairn_cli.core.store import vector_index
+from cairn_cli.core.store.vector_index import VectorIndex
+from cairn_cli.ml.models import HashingEncoder
+
+WORDS = (
+    "deploy test database migration cache index query server client socket timeout retry config import module "
+    "error exception log trace build release branch merge commit review docker image container volume network port "
+    "proxy header token session cookie auth user role garden sister concert painting hiking camping lake museum"
+).split()
+
+
+def unit(rng, n: int, dim: int = 16) -> np.ndarray:
+    v = rng.standard_normal((n, dim)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+# -- the index alone -------------------------------------------------------------------------------------------------
+
+
+def test_nearest_reads_only_the_scopes_asked_and_matches_the_exact_order(tmp_path):
+    rng = np.random.default_rng(1)
+    vecs = unit(rng, 600)
+    index = VectorIndex("m", 16, tmp_path / "ix")
+    index.apply([(i + 1, "a" if i % 3 else "global", vecs[i], "2026-01-01 00:00:00") for i in range(600)])
+    q = vecs[10]
+    found = index.nearest(q, 50, ["a"])
+    a_ids = [i + 1 for i in range(600) if i % 3]
+    exact = sorted(a_ids, key=lambda i: -float(vecs[i - 1] @ q))[:50]
+    assert found.ids.tolist() == exact  # a scope this small is scanned exactly
+    assert np.allclose(found.cosines, [vecs[i - 1] @ q for i in exact], atol=1e-5)
+    both = index.nearest(q, 20, ["a", "global"]).ids.tolist()
+    assert both == sorted(range(1, 601), key=lambda i: -float(vecs[i - 1] @ q))[:20]
+    assert set(index.nearest(q, 20, ["global"]).ids.tolist()) <= {i + 1 for i in range(600) if i % 3 == 0}
+    assert index.nearest(q, 5, ["nowhere"]).ids.size == 0
+
+
+def test_the_graph_search_finds_the_exact_nearest(tmp_path, monkeypatch):
+    monkeypatch.setattr(vector_index, "EXACT_UP_TO", 100)  # 2,000 vectors searched through the graph, not scanned
+    rng = np.random.default_rng(2)
+    vecs = unit(rng, 2000)
+    index = VectorIndex("m", 16, None)
+    index.apply([(i, "a", vecs[i], None) for i in range(2000)], threads=2)
+    recalls = []
+    for q in unit(rng, 50):
+        exact = set(np.argsort(-(vecs @ q))[:50].tolist())
+        recalls.append(len(exact & set(index.nearest(q, 50, ["a"]).ids.tolist())) / 50)
+    assert np.mean(recalls) >= 0.99
+
+
+def test_changes_apply_in_place_the_last_row_of_a_memory_counts(tmp_path):
+    rng = np.random.default_rng(3)
+    v = unit(rng, 4)
+    index = VectorIndex("m", 16, None)
+    index.apply([(1, "a", v[0], "t1"), (2, "a", v[1], "t1"), (3, "b", v[2], "t1")])
+    index.apply([(2, "b", v[3], "t2"), (3, "b", None, "t2"), (1, "a", v[0], "t2"), (1, "c", v[0], "t3")])
+    assert (index.scope_of(1), index.scope_of(2), index.scope_of(3)) == ("c", "b", None)
+    assert index.nearest(v[3], 5, ["a"]).ids.size == 0  # memory 2 left scope a, memory 1 went to c
+    assert index.nearest(v[3], 5, ["b"]).ids.tolist() == [2]
+    assert sorted(index.vectors([1, 2, 3, 99])) == [1, 2] and np.allclose(index.vectors([2])[2], v[3])
+    assert (index.since, index.max_id, len(index)) == ("t3", 3, 2)
+
+
+def test_saved_and_opened_again_per_embedder(tmp_path):
+    rng = np.random.default_rng(4)
+    v = unit(rng, 30)
+    directory = vector_index.index_dir(str(tmp_path), "sqlite:///x.db", "m")
+    index = VectorIndex("m", 16, directory)
+    index.apply([(i + 1, "a", v[i], f"2026-01-01 00:00:{i:02d}") for i in range(30)])
+    index.save()
+    again = VectorIndex.open("m", 16, directory)
+    assert (len(again), again.since, again.max_id) == (30, "2026-01-01 00:00:29", 30)
+    assert again.nearest(v[7], 1, None).ids.tolist() == [8]
+    assert len(VectorIndex.open("other-model", 16, directory)) == 0  # another embedder's: never mixed
+    assert len(VectorIndex.open("m", 32, directory)) == 0
+    assert vector_index.index_dir(str(tmp_path), "sqlite:///x.db", "other-model") != directory
+
+
+def test_a_dropped_index_is_stale_and_never_saved_again(tmp_path):
+    rng = np.random.default_rng(5)
+    v = unit(rng, 3)
+    url = "sqlite:///x.db"
+    directory = vector_index.index_dir(str(tmp_path), url, "m")
+    index = VectorIndex("m", 16, directory)
+    index.apply([(1, "a", v[0], "t1"), (2, "a", v[1], "t1")])
+    index.save()
+    index.apply([(2, "a", None, "t2")])  # a forgotten memory: its bytes stay in the graph's slot
+    vector_index.drop_saved(str(tmp_path), url)
+    assert index.stale() and not directory.exists()
+    index.save()  # what it holds may include the removed vector: not written
+    assert not directory.exists()
+    assert len(VectorIndex.open("m", 16, directory)) == 0
+
+
+# -- the engine: a big store's candidates against the whole table ----------------------------------------------------
+
+
+def _store(cli, tmp_path, n: int = 600, seed: int = 7, dialog: bool = False) -> list[str]:
+    """n memories in two scopes and global, sessions of ten (neighbours); returns some prompts."""
+    rnd = random.Random(seed)
+    lines, prompts = [], []
+    for i in range(n):
+        words = rnd.sample(WORDS, rnd.randint(6, 14))
+        text = ("I think my " if dialog and i % 2 else "") + " ".join(words) + f" note {i}"
+        scope = "global" if i % 5 == 0 else ("web" if i % 2 else "api")
+        lines.append({"content": text, "scope": scope, "session_id": f"s{i // 10}"})
+        if i % 20 == 0:
+            prompts.append(" ".join(rnd.sample(words, 3)) + " " + rnd.choice(WORDS))
+    path = tmp_path / "mem.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    result = cli("memory", "import", str(path))
+    assert result.exit_code == 0, result.output
+    return prompts
+
+
+def _ids(engine: RankEngine, prompt: str, scope: str | None, k: int = 8) -> list[tuple[int, float]]:
+    ranking = rank(RankQuery(window_of(prompt), k, scope), Settings(), engine)
+    return [(m.id, m.components["composite"]) for m in ranking.items]
+
+
+def _big() -> RankEngine:
+    engine = RankEngine(HashingEncoder())
+    engine.vector_index_above = 0
+    return engine
+
+
+@pytest.mark.parametrize("profile", ["default", "auto"])
+def test_the_candidates_rank_as_the_whole_table(cli, tmp_path, monkeypatch, profile):
+    monkeypatch.setenv("CAIRN_RANK_PROFILE", profile)
+    monkeypatch.setenv("CAIRN_COMPOSITE_FLOOR", "off")
+    prompts = _store(cli, tmp_path, dialog=profile == "auto")
+    whole, big = RankEngine(HashingEncoder()), _big()
+    for prompt in prompts:
+        for scope in ("web", None):
+            a, b = _ids(whole, prompt, scope), _ids(big, prompt, scope)
+            assert [i for i, _ in a] == [i for i, _ in b], (prompt, scope)  # the same memories, the same order
+            # every component as the table computes it; the dialog profile's joined keywords are normalised by
+            # the best of the candidates, not of the scope (candidates.py): a little higher at most
+            assert np.allclose([c for _, c in a], [c for _, c in b], atol=1e-5 if profile == "default" else 1e-2)
+    assert big.search_path(Settings())["path"].startswith("vector index")
+    assert whole.search_path(Settings())["path"].startswith("exact scan")
+
+
+def test_below_the_threshold_the_whole_table_ranks(cli, tmp_path):
+    _store(cli, tmp_path, n=50)
+    engine = RankEngine(HashingEncoder())
+    engine.vector_index_above = 50
+    _ids(engine, "deploy cache", "web")
+    assert engine.search_path(Settings())["path"].startswith("exact scan")
+    engine.vector_index_above = 49
+    engine._vectors.clear()
+    _ids(engine, "deploy cache", "web")
+    assert engine.search_path(Settings())["path"].startswith("vector index")
+
+
+def test_writes_reach_the_next_ranking_without_a_rebuild_and_a_restart_reads_the_saved_index(cli, tmp_path):
+    _store(cli, tmp_path, n=200)
+    big = _big()
+    _ids(big, "deploy cache", "web")
+    (held,) = big._vectors.values()
+    index = held.index
+    assert cli("memory", "add", "zanzibar quokka deployment checklist", "--scope", "web").exit_code == 0
+    got = _ids(big, "zanzibar quokka", "web", k=3)
+    new_id = got[0][0]
+    assert held.index is index and index.scope_of(new_id) == "web"  # applied in place
+    assert cli("memory", "add", "zanzibar quokka deployment checklist v2", "--scope", "web").exit_code == 0
+    newer = _ids(big, "zanzibar quokka v2", "web", k=1)[0][0]
+    assert cli("memory", "supersede", str(new_id), str(newer)).exit_code == 0
+    assert new_id not in [i for i, _ in _ids(big, "zanzibar quokka", "web", k=5)]
+    assert index.scope_of(new_id) is None
+    index.save()
+    restarted = _big()  # a new daemon: opens the saved index, applies only what changed since
+    directory = index.directory
+    saved = VectorIndex.open(index.model, index.dim, directory)
+    assert len(saved) == len(index) and saved.since == index.since
+    assert _ids(restarted, "zanzibar quokka v2", "web", k=1)[0][0] == newer
+
+
+def test_a_memory_without_a_vector_is_embedded_and_stored(cli, tmp_path):
+    from cairn_cli.db.tables import Memory
+
+    _store(cli, tmp_path, n=60)
+    Memory.update(embedding=None, embedding_model=None).where(Memory.id == 7).execute()
+    big = _big()
+    _ids(big, "deploy cache", "web")
+    (held,) = big._vectors.values()
+    assert held.index.scope_of(7) is not None
+    assert Memory.get_by_id(7).embedding_model == "hashing"
+
+
+def test_a_forget_drops_the_saved_index_and_a_daemon_builds_it_again(cli, tmp_path):
+    from cairn_cli.core.privacy.stored import compact_stores
+
+    _store(cli, tmp_path, n=60)
+    big = _big()
+    _ids(big, "deploy cache", "web")
+    (held,) = big._vectors.values()
+    first = held.index
+    directory = first.directory
+    assert (directory / "index.json").exists()
+    compact_stores()  # what `cairn forget` / `cairn redact --scan` end with
+    assert not directory.exists()
+    _ids(big, "deploy cache", "web")
+    assert held.index is not first and (directory / "index.json").exists()  # built again from the store
+    assert vector_index.store_dir(config.home_dir(), config.memory_db_url()) == directory.parent
