@@ -297,6 +297,7 @@ GROUPS: list[tuple[str, list[str]]] = [
             "CONTEXT_SIMILARITY_MARGIN",
             "CONTEXT_TERM_WEIGHT",
             "INJECTION_MAX_CHARS",
+            "VECTOR_INDEX_ABOVE",
         ],
     ),
     (

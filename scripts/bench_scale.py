@@ -128,7 +128,9 @@ def timed_ranks(env: dict, prompts: list[str], runs: int, beside: list[float]) -
     for i in range(runs):
         hot.bare_run(beside)
         t0 = time.perf_counter()
-        proc = subprocess.run(rank_cmd(prompts[i % len(prompts)], json_out=True), env=env, capture_output=True, text=True)
+        proc = subprocess.run(
+            rank_cmd(prompts[i % len(prompts)], json_out=True), env=env, capture_output=True, text=True
+        )
         whole.append((time.perf_counter() - t0) * 1000)
         if proc.returncode != 0:
             raise SystemExit(f"cairn rank failed: {proc.stderr}")

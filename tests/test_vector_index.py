@@ -18,11 +18,55 @@ from cairn_cli.core.store import vector_index
 from cairn_cli.core.store.vector_index import VectorIndex
 from cairn_cli.ml.models import HashingEncoder
 
-WORDS = (
-    "deploy test database migration cache index query server client socket timeout retry config import module "
-    "error exception log trace build release branch merge commit review docker image container volume network port "
-    "proxy header token session cookie auth user role garden sister concert painting hiking camping lake museum"
-).split()
+WORDS = [
+    "deploy",
+    "test",
+    "database",
+    "migration",
+    "cache",
+    "index",
+    "query",
+    "server",
+    "client",
+    "socket",
+    "timeout",
+    "retry",
+    "config",
+    "import",
+    "module",
+    "error",
+    "exception",
+    "log",
+    "trace",
+    "build",
+    "release",
+    "branch",
+    "merge",
+    "commit",
+    "review",
+    "docker",
+    "image",
+    "container",
+    "volume",
+    "network",
+    "port",
+    "proxy",
+    "header",
+    "token",
+    "session",
+    "cookie",
+    "auth",
+    "user",
+    "role",
+    "garden",
+    "sister",
+    "concert",
+    "painting",
+    "hiking",
+    "camping",
+    "lake",
+    "museum",
+]
 
 
 def unit(rng, n: int, dim: int = 16) -> np.ndarray:
@@ -218,3 +262,48 @@ def test_a_forget_drops_the_saved_index_and_a_daemon_builds_it_again(cli, tmp_pa
     _ids(big, "deploy cache", "web")
     assert held.index is not first and (directory / "index.json").exists()  # built again from the store
     assert vector_index.store_dir(config.home_dir(), config.memory_db_url()) == directory.parent
+
+
+# -- the daemon, the real bundled model ------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_daemon_ranks_a_big_store_from_its_indexes_and_a_restart_opens_the_saved_one(tmp_path):
+    from tests.test_daemon import EXAMPLES, rank_json, run, start, status
+
+    h = tmp_path / "big"
+    extra = {"CAIRN_EMBED_MODEL": "all-MiniLM-L6-v2", "CAIRN_VECTOR_INDEX_ABOVE": "5"}  # 18 memories: a big store
+    assert run(h, "memory", "import", EXAMPLES, **extra).returncode == 0
+    try:
+        info = start(h, **extra)
+        assert info["search"]["path"].startswith("vector index") and info["search"]["vectors"] == 18
+        saved = h / "indexes"
+        assert list(saved.glob("*/*/index.json"))  # built at start and kept beside the store
+        # the same answer as the whole-store table gives (tests/test_daemon.py's real-model test)
+        assert (
+            rank_json(h, "how should prices be stored for the checkout?", "--scope", "webshop", **extra)["memories"][0][
+                "id"
+            ]
+            == 2
+        )
+        added = run(
+            h,
+            "memory",
+            "add",
+            "Gift cards are redeemed with `shop giftcard redeem CODE`",
+            "--scope",
+            "webshop",
+            **extra,
+        )
+        assert added.returncode == 0
+        got = rank_json(h, "how do I redeem a gift card?", "--scope", "webshop", **extra)
+        assert got["memories"][0]["id"] == 19  # a write reaches the next prompt: no reload
+        text = run(h, "daemon", "status", **extra).stdout
+        assert "candidates: vector index (usearch HNSW) + full-text index (19 vectors)" in text
+        assert run(h, "daemon", "stop", **extra).returncode == 0
+        restarted = start(h, **extra)
+        assert restarted["search"]["vectors"] == 19
+        assert rank_json(h, "how do I redeem a gift card?", "--scope", "webshop", **extra)["memories"][0]["id"] == 19
+    finally:
+        run(h, "daemon", "stop", "--force")
+    assert status(h)[1]["state"] == "stopped"

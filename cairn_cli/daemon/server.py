@@ -155,7 +155,7 @@ class Daemon:
         from cairn_cli.core.ranking.engine import RankEngine
         from cairn_cli.core.store import open_stores
         from cairn_cli.daemon.batching import model_queue
-        from cairn_cli.ml.device import apply_torch_threads, idle_threads_sleep, set_torch_threads
+        from cairn_cli.ml.device import apply_torch_threads, idle_threads_sleep, release_freed_memory, set_torch_threads
 
         if not idle_threads_sleep():  # before torch loads: the hooks' processes need the cores between model calls
             self.log("warning: torch was loaded before the daemon could make OpenMP's idle threads sleep")
@@ -177,6 +177,7 @@ class Daemon:
         apply_torch_threads()  # torch may have come in after the wish was set (the reranker's CUDA probe)
         gc.collect()
         gc.freeze()
+        release_freed_memory()  # what loading and indexing freed, handed back
         self.last_work = time.monotonic()
         self.state = "ready"
         self.write_status()

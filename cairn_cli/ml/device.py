@@ -98,3 +98,17 @@ def limit_blas_threads() -> None:
     except Exception:  # no threadpoolctl, or a BLAS it cannot drive: the stage is only slower
         return
     _blas_limited = True
+
+
+def release_freed_memory() -> bool:
+    """Hand the heap's freed pages back to the system (glibc's malloc_trim): a model's discarded precisions and the
+    planning's activations are freed but stay resident until then. False where there is no glibc."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name or "libc.so.6")
+        return bool(libc.malloc_trim(0))
+    except (OSError, AttributeError):
+        return False

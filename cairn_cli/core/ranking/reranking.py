@@ -72,8 +72,12 @@ def load_reranker(settings: Settings, resolution=None, *, measure: bool = False)
         plan = plan_for(reranker, settings, measure=measure)  # None: not measured here yet, run as configured
         if plan is not None:
             reranker.plan = plan.as_dict()
-            if plan.precision:
-                reranker.keep_only(plan.precision)
+            # the precisions the plan does not use are dropped (all but fp32 when it skips the stage), and the
+            # memory they and the measuring took is handed back
+            reranker.keep_only(plan.precision or "fp32")
+            from cairn_cli.ml.device import release_freed_memory
+
+            release_freed_memory()
             if plan.skipped:
                 notes.append(plan.reason)
     return reranker, notes
