@@ -93,8 +93,8 @@ def make_store(home: Path, n: int, vectors: Path) -> dict:
                 "scope": SCOPE if rnd.random() < 0.8 else "global",
                 "kind": "fact",
                 "confidence": 0.75,
-                "created_at": now,
-                "updated_at": now,
+                "created_at": now + dt.timedelta(seconds=i),  # written one after another, as a store grows
+                "updated_at": now + dt.timedelta(seconds=i),
                 "session_id": f"s{i // SESSION_LEN}",
                 "embedding": vec.tobytes(),
                 "embedding_model": BUNDLED_EMBEDDER,
@@ -249,10 +249,10 @@ def main() -> int:
             row["quality"] = quality(home, prompts, args.quality)
         results["sizes"][str(n)] = row
         print(f"[{n}] {json.dumps(row)}", file=sys.stderr)
-    results["load_end"] = [round(x, 2) for x in os.getloadavg()]
-    out = Path(args.out)
-    out.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
-    out.with_suffix(".md").write_text(report(results))
+        results["load_end"] = [round(x, 2) for x in os.getloadavg()]
+        out = Path(args.out)  # written after every size: a long run keeps what it measured
+        out.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
+        out.with_suffix(".md").write_text(report(results))
     print(report(results))
     return 0
 

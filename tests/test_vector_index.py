@@ -307,3 +307,82 @@ def test_a_daemon_ranks_a_big_store_from_its_indexes_and_a_restart_opens_the_sav
     finally:
         run(h, "daemon", "stop", "--force")
     assert status(h)[1]["state"] == "stopped"
+
+
+# -- a team store on PostgreSQL: the vector search inside the server -------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_team_store_ranks_from_postgresql_as_the_whole_table_and_holds_nothing(
+    cli, tmp_path, monkeypatch, pgvector_server
+):
+    from tests.test_pgvector import use_store
+
+    use_store(monkeypatch, pgvector_server)
+    prompts = _store(cli, tmp_path, n=300)
+    whole, big = RankEngine(HashingEncoder()), _big()
+    big.vector_index_above = 10**9  # the size does not matter: a team store with pgvector searches in PostgreSQL
+    for prompt in prompts:
+        for scope in ("web", None):
+            a, b = _ids(whole, prompt, scope), _ids(big, prompt, scope)
+            assert [i for i, _ in a] == [i for i, _ in b], (prompt, scope)
+            assert np.allclose([c for _, c in a], [c for _, c in b], atol=1e-5)
+    (held,) = big._vectors.values()
+    assert held.index is None and held.pg is not None  # no vector of the store held in this process
+    assert big.search_path(Settings())["path"] == "pgvector HNSW in PostgreSQL + full-text index"
+
+
+@pytest.mark.slow
+def test_another_instances_write_is_in_the_next_prompt(cli, tmp_path, monkeypatch, pgvector_server):
+    import os
+    import subprocess
+    import sys
+
+    from cairn_cli.clock import utcnow
+    from cairn_cli.db.tables import Memory
+    from tests.conftest import ROOT
+    from tests.test_pgvector import use_store
+
+    use_store(monkeypatch, pgvector_server)
+    _store(cli, tmp_path, n=80)
+    big = _big()
+    assert "zanzibar" not in str(_ids(big, "zanzibar quokka checklist", "web", k=3))
+    other = dict(os.environ) | {"CAIRN_HOME": str(tmp_path / "other-instance")}
+    written = subprocess.run(
+        [sys.executable, "-m", "cairn_cli", "memory", "add", "zanzibar quokka deployment checklist", "--scope", "web"],
+        env=other,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert written.returncode == 0, written.stderr
+    new_id = Memory.select(Memory.id).where(Memory.content.contains("zanzibar")).scalar()
+    assert _ids(big, "zanzibar quokka checklist", "web", k=1)[0][0] == new_id  # no reload, no catch-up
+    # a memory rewritten without its vector (a redaction; a Stop when no embedder answered writes such rows too)
+    Memory.update(embedding=None, embedding_model=None, updated_at=utcnow()).where(Memory.id == 3).execute()
+    _ids(big, "deploy cache", "web")
+    assert Memory.get_by_id(3).embedding_model == "hashing"  # embedded by the ranking daemon, as a table does
+
+
+@pytest.mark.slow
+def test_without_pgvector_a_team_store_ranks_as_before_and_says_why(cli, tmp_path, monkeypatch, plain_pg_server):
+    from tests.test_pgvector import use_store
+
+    use_store(monkeypatch, plain_pg_server)
+    _store(cli, tmp_path, n=40)
+    engine = RankEngine(HashingEncoder())
+    engine.vector_index_above = 100
+    assert _ids(engine, "deploy cache", "web")
+    path = engine.search_path(Settings())
+    assert path["path"].startswith("exact scan") and "without the vector extension" in path["pgvector"]
+
+
+def test_a_row_read_again_unchanged_leaves_the_graph_alone():
+    rng = np.random.default_rng(6)
+    v = unit(rng, 3)
+    index = VectorIndex("m", 16, None)
+    index.apply([(1, "a", v[0], "t1"), (2, "a", v[1], "t1")])
+    index._unsaved = 0
+    index.apply([(1, "a", v[0], "t1"), (2, "a", v[2], "t1")])  # a catch-up from t1 reads both again; 2 changed
+    assert index._unsaved == 2  # memory 2 removed and added again; memory 1 untouched
+    assert np.allclose(index.vectors([2])[2], v[2]) and index.nearest(v[0], 1, ["a"]).ids.tolist() == [1]

@@ -208,21 +208,38 @@ def newest(scopes: Sequence[str] | None, k: int, *, with_meta: bool) -> list[int
     return sorted(out, reverse=True)[:k]
 
 
+def ids_in(scopes: Sequence[str] | None, *, with_meta: bool) -> list[int]:
+    """The ids of the indexed memories in `scopes` (None: all), in id order."""
+    where = [] if with_meta else ["meta = 0"]
+    params: list = []
+    if scopes is not None:
+        where.append(f"scope IN ({_store.marks(len(scopes))})")
+        params = list(scopes)
+    clause = f" WHERE {' AND '.join(where)}" if where else ""
+    return [r[0] for r in _sql(f"SELECT memory_id FROM fulltext_docs{clause} ORDER BY memory_id", params)]
+
+
 def neighbours(docs: Sequence[Doc], *, with_meta: bool) -> dict[int, tuple[int | None, int | None]]:
     """memory id -> the ids of the indexed memories written just before and after it in its neighbour group (the
-    writing session, else the scope), bucket-4 ones only `with_meta`: two index seeks per memory."""
-    meta = "" if with_meta else " AND meta = 0"
-    out = {}
-    for doc in docs:
-        memory_id, group = doc.memory_id, doc.grp
-        before = _sql(
-            f"SELECT max(memory_id) FROM fulltext_docs WHERE grp = ? AND memory_id < ?{meta}", (group, memory_id)
-        )
-        after = _sql(
-            f"SELECT min(memory_id) FROM fulltext_docs WHERE grp = ? AND memory_id > ?{meta}", (group, memory_id)
-        )
-        out[memory_id] = (before[0][0], after[0][0])
+    writing session, else the scope), bucket-4 ones only `with_meta`: two index seeks per memory, a statement per
+    NEIGHBOUR_BATCH memories (the seeks run inside the database, not one round trip each)."""
+    meta = "" if with_meta else " AND d.meta = 0"
+    out: dict[int, tuple[int | None, int | None]] = {}
+    for start in range(0, len(docs), NEIGHBOUR_BATCH):
+        chunk = docs[start : start + NEIGHBOUR_BATCH]
+        values = ", ".join(["(?, ?)"] * len(chunk))
+        params = [p for doc in chunk for p in (doc.memory_id, doc.grp)]
+        for memory_id, before, after in _sql(
+            f"WITH c(id, grp) AS (VALUES {values}) SELECT c.id, "
+            f"(SELECT max(d.memory_id) FROM fulltext_docs d WHERE d.grp = c.grp AND d.memory_id < c.id{meta}), "
+            f"(SELECT min(d.memory_id) FROM fulltext_docs d WHERE d.grp = c.grp AND d.memory_id > c.id{meta}) FROM c",
+            params,
+        ):
+            out[memory_id] = (before, after)
     return out
+
+
+NEIGHBOUR_BATCH = 400
 
 
 def meta_docs(scopes: Sequence[str] | None) -> list[Doc]:
@@ -262,6 +279,53 @@ def containing(terms: Sequence[str]) -> list[Doc]:
             )
         )
     return docs(sorted(ids)) + meta_docs(None)
+
+
+def pg_doc_freqs(terms: Sequence[str], *, with_meta: bool) -> dict[str, int]:
+    """term -> how many indexed memories hold it (PostgreSQL: one pass over the GIN index's matches of them all),
+    bucket-4 ones only `with_meta`."""
+    terms = [t for t in terms if len(t.encode()) <= TSV_MAX_BYTES]
+    if not terms:
+        return {}
+    counts = ", ".join(["count(*) FILTER (WHERE tsv @@ ?::tsquery)"] * len(terms))
+    meta = "" if with_meta else " AND meta = 0"
+    (row,) = _sql(
+        f"SELECT {counts} FROM fulltext_docs WHERE tsv @@ ?::tsquery{meta}",
+        [*map(tsquote, terms), " | ".join(map(tsquote, terms))],
+    )
+    return {t: int(n) for t, n in zip(terms, row) if n}
+
+
+def pg_bm25_top(
+    idf: dict[str, float], scopes: Sequence[str] | None, k: int, *, weight: int, avgdl: float, with_meta: bool
+) -> list[tuple[int, float]]:
+    """(memory id, BM25) of the `k` best memories of `scopes` (None: all) for the terms of `idf` (term -> its IDF at
+    its weight in the query), newer first on a tie, computed inside PostgreSQL over the GIN index's matches: the
+    keyword side of a team store's ranking without reading every match into Python."""
+    from cairn_cli.core.ranking.lexical import BM25_B, BM25_K1
+
+    terms = [t for t in idf if len(t.encode()) <= TSV_MAX_BYTES]
+    if not terms or k <= 0:
+        return []
+    tf = "(coalesce((j -> ? ->> 0)::int, 0) + ? * coalesce((j -> ? ->> 1)::int, 0))"
+    parts, params = [], []
+    for t in terms:
+        parts.append(f"? * {tf} * ? / ({tf} + ? * (1 - ? + ? * dl / ?))")
+        params += [idf[t], t, weight, t, BM25_K1 + 1, t, weight, t, BM25_K1, BM25_B, BM25_B, avgdl or 1.0]
+    where = ["tsv @@ ?::tsquery"]
+    where_params: list = [" | ".join(map(tsquote, terms))]
+    if scopes is not None:
+        where.append(f"scope IN ({_store.marks(len(scopes))})")
+        where_params += list(scopes)
+    if not with_meta:
+        where.append("meta = 0")
+    rows = _sql(
+        f"SELECT memory_id, {' + '.join(parts)} AS s FROM (SELECT memory_id, terms::jsonb AS j, "
+        f"content_len + {int(weight)} * keyword_len AS dl FROM fulltext_docs WHERE {' AND '.join(where)}) d "
+        "ORDER BY s DESC, memory_id DESC LIMIT ?",
+        [*params, *where_params, k],
+    )
+    return [(int(i), float(v)) for i, v in rows]
 
 
 MEMORY_COLUMNS = ("id", "content", "keywords", "scope", "kind", "confidence", "updated_at", "source_ref", "session_id")

@@ -9,6 +9,10 @@ the neighbour's share, the coverage factor. What can differ from the whole table
 memory that is neither among the VECTOR_DEPTH nearest nor among BM25's best cannot be chosen (bench/scale.md
 measures how often the whole table's top k is missed).
 
+On PostgreSQL (a team store) BM25's best are computed inside the server over the GIN index's matches of the
+query's terms; when those matches are more than PG_BM25_SCAN, over the rarest terms' alone (every candidate is then
+scored with all of them).
+
 Two parts are read differently: the dialog profile's joined keywords (a memory's field with its previous
 neighbour's) are max-normalised over the candidates, not the scope; and the kind of store is read from the scope's
 newest memories.
@@ -31,7 +35,8 @@ from cairn_cli.core.ranking.lexical import BM25_B, BM25_K1, COMPONENTS, Candidat
 from cairn_cli.core.store import search_index
 from cairn_cli.core.text import terms
 
-VECTOR_DEPTH = 200  # the nearest memories taken per scope group and query vector (at least 2 k)
+PG_BM25_SCAN = 20_000  # on PostgreSQL, at most about this many term matches are scored inside it per query
+VECTOR_DEPTH = 200  # the nearest memories of the scope and global taken per query vector (at least twice the depth)
 
 
 @dataclass
@@ -95,8 +100,8 @@ class CandidateTable:
         return {a: dict(zip(ids, row)) for a, row in zip(ids, sims)}
 
     def kind(self, scope: str | None) -> str:
-        """The kind of store the scope's memories make (core/ranking/kinds.py), read off its newest SAMPLE ones, read
-        again when the scope has grown by a tenth."""
+        """The kind of store the scope's memories make (core/ranking/kinds.py), read off SAMPLE of them spread evenly
+        over its ids as the whole table reads it, again when the scope has grown by a tenth."""
         from cairn_cli.core.ranking import kinds
         from cairn_cli.db import fulltext as sql
 
@@ -104,14 +109,24 @@ class CandidateTable:
         known = self._kinds.get(scope)
         if known is not None and known[0] <= count <= known[0] * 1.1:
             return known[1]
+        with_meta = not self.entry.lexical.prefilter
         groups = [s for group, _ in lexical._groups(scope) for s in (group or [])] or None
-        ids = sql.newest(groups, kinds.SAMPLE, with_meta=not self.entry.lexical.prefilter)
+        every = np.asarray(sql.ids_in(groups, with_meta=with_meta), dtype=np.int64)
+        sample = every
+        if len(every) > kinds.SAMPLE:
+            sample = every[np.linspace(0, len(every) - 1, kinds.SAMPLE).astype(np.int64)]
+        ids = sample.tolist()
         rows = {r[0]: r for r in sql.memory_rows(ids)}
         found = kinds.store_kind([rows[i][1] for i in ids if i in rows])
-        if found == kinds.NOTES and len(ids) >= kinds.MIN_MEMORIES:
+        if found == kinds.NOTES and len(every) >= kinds.MIN_MEMORIES:
             docs = lexical._IndexSource(self.entry.lexical.prefilter).docs(ids)
-            near = sql.neighbours(docs, with_meta=not self.entry.lexical.prefilter)
-            pairs = [(i, before) for i, (before, _) in near.items() if before is not None]
+            in_groups = set(every.tolist()) if groups is not None else None
+            near = sql.neighbours(docs, with_meta=with_meta)
+            pairs = [
+                (i, before)
+                for i, (before, _) in sorted(near.items())
+                if before is not None and (in_groups is None or before in in_groups)
+            ]
             vecs = self.entry.vectors.vectors(sorted({i for pair in pairs for i in pair}))
             pairs = [(i, b) for i, b in pairs if i in vecs and b in vecs]
             if pairs:
@@ -170,20 +185,28 @@ class CandidateTable:
         fast = not sql.is_postgres() and entry.weight == search_index.FULLTEXT_KEYWORD_WEIGHT
         depth = want if not neighbour_weight else min(in_scope, max(4 * want, want + 50))
         query = similarities if isinstance(similarities, VectorQuery) else None
-        bm25: dict[int, float] = {}
+        bm25: dict[int, float | None] = {}  # None: scored below, from the index row
         idf: dict[str, float] = {}
         near_ids: set[int] = set()
+        scan: dict[str, float] = {}
+        if not fast:  # PostgreSQL: the document frequencies from its GIN index, BM25's best computed in it
+            freqs = sql.pg_doc_freqs(sorted(weight_of), with_meta=not entry.prefilter)
+            idf.update({t: lexical._weighted(stats.idf(n), weight_of[t]) for t, n in freqs.items()})
+            scan = _scanned_terms(freqs, idf)
         for scopes, _ in lexical._groups(scope):
             if fast:
-                got = lexical._maxscore(source, stats, weight_of, scopes, depth, entry.prefilter, idf)
-            else:
-                got = lexical._exhaustive(source, stats, weight_of, scopes, depth, entry, False, idf)
-            bm25.update(got)
-            if query is not None:
-                wide = max(VECTOR_DEPTH, 2 * depth)
-                for vec in (query.prompt, query.window):
-                    if vec is not None:
-                        near_ids.update(self.entry.vectors.nearest(vec, wide, scopes).ids.tolist())
+                bm25.update(lexical._maxscore(source, stats, weight_of, scopes, depth, entry.prefilter, idf))
+            else:  # who is a candidate: BM25's best over the scanned terms; every score then over all (below)
+                found = sql.pg_bm25_top(
+                    scan, scopes, depth, weight=entry.weight, avgdl=stats.avgdl, with_meta=not entry.prefilter
+                )
+                bm25.update(dict.fromkeys([i for i, _ in found] + source.newest(scopes, depth)))
+        if query is not None:  # the nearest of the scope and global together: they compete for the same places
+            scopes = [s for group, _ in lexical._groups(scope) for s in (group or [])] or None
+            wide = max(VECTOR_DEPTH, 2 * depth)
+            for vec in (query.prompt, query.window):
+                if vec is not None:
+                    near_ids.update(self.entry.vectors.nearest(vec, wide, scopes).ids.tolist())
         docs = {d.memory_id: d for d in source.docs(sorted(set(bm25) | near_ids))}
         in_groups = {s for group, _ in lexical._groups(scope) for s in (group if group is not None else entry.counts)}
         ranked = {
@@ -201,9 +224,10 @@ class CandidateTable:
                         ranked.add(doc.memory_id)
                 if not neighbour_weight:
                     break
+        counts = _Counts(docs, entry.weight)  # each memory's term counts, parsed once
         for i in ranked:
-            if i not in bm25:
-                bm25[i] = lexical._doc_bm25(docs[i], idf, entry.weight, stats.avgdl)
+            if bm25.get(i) is None:
+                bm25[i] = counts.bm25(i, idf, stats.avgdl)
         ids = sorted(ranked)
         if not ids:
             return []
@@ -227,14 +251,16 @@ class CandidateTable:
                 window_cos = np.asarray(self._to_base(matrix @ query.window, "query"), dtype=np.float64)
                 sims = np.maximum(prompt_cos, window_cos - query.margin)
                 floor_sims = np.maximum(prompt_cos, window_cos)
-        rows = _memories(ids, has_vec, slot)
+        # the memories' rows: of every candidate when confidence or recency weighs, else of the chosen alone
+        per_memory = bool(weights.get("confidence") or weights.get("recency"))
+        rows = _memories(ids, has_vec, slot) if per_memory else {}
         now_ts = (now or utcnow()).timestamp()
         columns = {
             "similarity": np.where(has_vec, np.clip(sims, 0, None), 0.0),
             "keywords": raw_bm25 / best,
             "scope": scope_bonus,
-            "confidence": np.asarray([rows[i].confidence for i in ids], dtype=np.float64),
-            "recency": _recency([rows[i].updated_at for i in ids], now_ts, half_life_days),
+            "confidence": np.asarray([rows[i].confidence if rows else 0.0 for i in ids], dtype=np.float64),
+            "recency": _recency([rows[i].updated_at for i in ids], now_ts, half_life_days) if rows else np.zeros(n),
         }
         total = np.zeros(n, dtype=np.float64)
         scope_part = np.zeros(n, dtype=np.float64)
@@ -246,7 +272,7 @@ class CandidateTable:
                     scope_part = part
         joined = None
         if context_keywords:
-            joined = _joined_bm25(ids, docs, neighbours, idf, entry.weight, self._joined_avg())
+            joined = _joined_bm25(ids, counts, neighbours, idf, self._joined_avg())
             total += context_keywords * joined / (float(joined.max()) or 1.0)
         lent = np.zeros(n, dtype=np.float64)
         if neighbour_weight:
@@ -267,6 +293,11 @@ class CandidateTable:
         if known is not None:
             relevance = relevance * known
         order = np.lexsort((-np.asarray(ids), -total))[:want]
+        if not per_memory:
+            rows = _memories([ids[k] for k in order.tolist()], has_vec, slot)
+            for k in order.tolist():  # their confidence and recency, logged though they weigh nothing
+                columns["confidence"][k] = rows[ids[k]].confidence
+                columns["recency"][k] = _recency([rows[ids[k]].updated_at], now_ts, half_life_days)[0]
         out = []
         for k in order.tolist():
             i = ids[k]
@@ -308,24 +339,63 @@ def _coverage(weight_of: Mapping[str, float], idf: Mapping[str, float], stats) -
     return sum(w for t, w in weights.items() if t in idf) / total if total else 0.0
 
 
-def _joined_bm25(ids, docs, neighbours, idf, weight: int, avg: float) -> np.ndarray:
+def _scanned_terms(freqs: Mapping[str, int], idf: Mapping[str, float]) -> dict[str, float]:
+    """The query's terms whose matches PostgreSQL scores to find BM25's best: all of them while their matches are
+    at most PG_BM25_SCAN, else the rarest that fit (at least one). A memory that holds only the most common terms
+    scores little with BM25 anyway, and is a candidate still when it is near the query's vector."""
+    out: dict[str, float] = {}
+    total = 0
+    for term in sorted(freqs, key=lambda t: (freqs[t], t)):
+        total += freqs[term]
+        if out and total > PG_BM25_SCAN:
+            break
+        out[term] = idf[term]
+    return out
+
+
+class _Counts:
+    """The candidates' index rows with each one's term counts parsed once: {term: tf at the keyword weight}, and its
+    field's length."""
+
+    def __init__(self, docs: dict, weight: int):
+        self.docs, self.weight = docs, weight
+        self._parsed: dict[int, tuple[dict[str, int], int]] = {}
+
+    def of(self, memory_id: int) -> tuple[dict[str, int], int]:
+        got = self._parsed.get(memory_id)
+        if got is None:
+            doc = self.docs[memory_id]
+            w = self.weight
+            tfs = {t: c[0] + w * c[1] for t, c in orjson.loads(doc.terms).items()}
+            got = self._parsed[memory_id] = (tfs, doc.content_len + w * doc.keyword_len)
+        return got
+
+    def bm25(self, memory_id: int, idf: Mapping[str, float], avgdl: float) -> float:
+        """fallback._doc_bm25 of one memory."""
+        tfs, length = self.of(memory_id)
+        return _bm25(tfs, length, idf, avgdl)
+
+
+def _bm25(tfs: Mapping[str, int], length: int, idf: Mapping[str, float], avgdl: float) -> float:
+    norm = BM25_K1 * (1 - BM25_B + BM25_B * length / avgdl) if avgdl else BM25_K1
+    score = 0.0
+    for term, w in idf.items():
+        tf = tfs.get(term)
+        if tf:
+            score += w * tf * (BM25_K1 + 1) / (tf + norm)
+    return score
+
+
+def _joined_bm25(ids, counts: _Counts, neighbours, idf, avg: float) -> np.ndarray:
     """BM25 of each memory's field joined with its previous neighbour's (scoring.py's `_joined`); `avg`: the joined
     fields' average length over the store."""
     out = np.zeros(len(ids), dtype=np.float64)
-    avg = avg or 1.0
     for k, i in enumerate(ids):
-        counts = orjson.loads(docs[i].terms)
-        length = docs[i].content_len + weight * docs[i].keyword_len
+        tfs, length = counts.of(i)
         before = neighbours.get(i, (None, None))[0]
-        prev = docs.get(before) if before is not None else None
-        prev_counts = orjson.loads(prev.terms) if prev is not None else {}
-        if prev is not None:
-            length += prev.content_len + weight * prev.keyword_len
-        norm = BM25_K1 * (1 - BM25_B + BM25_B * length / avg)
-        score = 0.0
-        for term, w in idf.items():
-            tf = sum(c[0] + weight * c[1] for c in (counts.get(term), prev_counts.get(term)) if c is not None)
-            if tf:
-                score += w * tf * (BM25_K1 + 1) / (tf + norm)
-        out[k] = score
+        if before is not None and before in counts.docs:
+            prev, prev_length = counts.of(before)
+            tfs = {t: tfs.get(t, 0) + prev.get(t, 0) for t in idf if t in tfs or t in prev}
+            length += prev_length
+        out[k] = _bm25(tfs, length, idf, avg or 1.0)
     return out

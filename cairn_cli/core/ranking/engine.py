@@ -218,14 +218,19 @@ class RankEngine:
         if self.indexed or self.encoder is None:
             return {"path": "full-text index (no embedder)"}
         held = self._vectors.get(_vectors_key(settings, self.embed_model))
-        if held is not None and held.big:
+        if held is not None and held.pg is not None:
+            return {"path": "pgvector HNSW in PostgreSQL + full-text index", "above": None}
+        if held is not None and held.big and held.index is not None:
             return {
                 "path": "vector index (usearch HNSW) + full-text index",
                 "vectors": len(held.index),
                 "above": self.vector_index_above,
                 "directory": str(held.index.directory),
             }
-        return {"path": "exact scan of the whole store in memory", "above": self.vector_index_above}
+        out = {"path": "exact scan of the whole store in memory", "above": self.vector_index_above}
+        if held is not None and held.pg_note:
+            out["pgvector"] = held.pg_note  # why the vector search is not PostgreSQL's
+        return out
 
     def _indexed_entry(self, settings: Settings):
         """A big store's entry (core/ranking/candidates.py) with its vector index caught up, or None while the store
@@ -235,18 +240,38 @@ class RankEngine:
 
         key = _vectors_key(settings, self.embed_model)
         held = self._vectors.get(key)
+        if held is None:
+            from cairn_cli.core.store.vector_index import pgvector_source
+
+            with self._refreshing:  # the first ranking of this store: the others wait for the answer
+                held = self._vectors.get(key)
+                if held is None:
+                    held = _Vectors()
+                    held.pg, held.pg_note = pgvector_source(self.embed_model or "", self.encoder.dim)
+                    self._vectors[key] = held
+        cal = self.calibration
+        if cal is None:
+            from cairn_cli.core.store.embedders import calibration
+
+            cal = calibration(self.embed_model)
         version = store_version(settings)
-        if held is None or held.size_version != version[1]:
+        if held.pg is not None:  # a team store searched in PostgreSQL: nothing of it held here
+            if held.version != version and self._refreshing.acquire(blocking=False):
+                try:  # memories written without a vector (no embedder answered): embedded here, as a table does
+                    self._embed_missing(settings)
+                    held.version = version
+                finally:
+                    self._refreshing.release()
+            return CandidateEntry(settings, [], held.pg, held.lock, cal, held.kinds)
+        if held.size_version != version[1]:
             live = sum(r.n + r.n_meta for r in sql.scope_stats())
             threshold = self.vector_index_above or 0
-            if held is None:
-                held = self._vectors.setdefault(key, _Vectors())
             # once big, a store stays so until it has shrunk to half the threshold (no flapping at the edge)
             held.big = live > threshold or (held.big and live > threshold // 2)
             held.size_version = version[1]
         if not held.big:
-            if held.index is not None:
-                self._vectors.pop(key, None)
+            if held.index is not None:  # shrunk: the index is let go, the whole table ranks again
+                held.index, held.version = None, None
             return None
         if held.index is not None and held.index.stale():  # a forget dropped the saved index: built again
             held.index, held.version = None, None
@@ -258,12 +283,23 @@ class RankEngine:
                     self._catch_up(settings, held, version)
                 finally:
                     self._refreshing.release()
-        cal = self.calibration
-        if cal is None:
-            from cairn_cli.core.store.embedders import calibration
-
-            cal = calibration(self.embed_model)
         return CandidateEntry(settings, [], held.index, held.lock, cal, held.kinds)
+
+    def _embed_missing(self, settings: Settings, batch: int = 256) -> None:
+        """Embed (and store) the live memories without a vector of this embedder, `batch` at a time."""
+        from cairn_cli.core.ranking.lexical import Candidate
+        from cairn_cli.db.tables import Memory
+
+        rows = (
+            Memory.select(Memory.id, Memory.content, Memory.keywords, Memory.scope, Memory.updated_at)
+            .where(
+                Memory.superseded_by.is_null()
+                & (Memory.embedding.is_null() | (Memory.embedding_model != self.embed_model))
+            )
+            .limit(batch)
+        )
+        cands = [Candidate(m.id, m.content, list(m.keywords or []), m.scope, "", 0.0, m.updated_at) for m in rows]
+        self._embed_and_store(cands, settings)
 
     def _catch_up(self, settings: Settings, held: _Vectors, version: tuple) -> None:
         """Open the saved index (or start one) and apply the memories changed since it was saved: embedded first (a
@@ -439,6 +475,8 @@ class _Vectors:
     version: tuple | None = None
     lock: SharedLock = field(default_factory=SharedLock)
     kinds: dict = field(default_factory=dict)
+    pg: Any = None  # the vectors searched in PostgreSQL (core/store/vector_index.py PgVectors), when pgvector is there
+    pg_note: str = ""  # why not, or "pgvector"
 
 
 def _vectors_key(settings: Settings, embed_model: str | None) -> tuple:

@@ -9,7 +9,7 @@ is searched, and loads a 1M graph in about a second; hnswlib needs a fixed capac
 One graph per scope: a ranking reads its scope and the global memories, so each search is unfiltered (a filter over
 one graph of a team's whole store would starve a small scope of candidates); a scope with at most EXACT_UP_TO
 vectors is scanned exactly (usearch's brute force over its own graph's vectors), a larger one searched with breadth
-max(EXPANSION_SEARCH, 2 k). The scope of every key is kept by memory id, so a memory that moves to another scope
+2 k, and at least EXPANSION_SEARCH above BROAD_ABOVE vectors. The scope of every key is kept by memory id, so a memory that moves to another scope
 leaves its old graph.
 
 An index belongs to one embedder version (`model`): its directory is named after it, and a store whose vectors
@@ -34,7 +34,10 @@ import numpy as np
 FORMAT = 1
 CONNECTIVITY = 32  # the graph's degree (bench/ann.md: 16 stops short of recall 0.99 at 1M)
 EXPANSION_ADD = 128
-EXPANSION_SEARCH = 1024  # the least search breadth (bench/ann_m32.md: recall@50 0.992 at 1M, 9.5 ms p50); at least 2 k
+# the search breadth: 2 k, and at least EXPANSION_SEARCH in a graph of more than BROAD_ABOVE vectors (bench/ann.md:
+# 256 reaches recall@50 0.996 at 100k; bench/ann_m32.md: 1024 reaches 0.992 at 1M, 9.5 ms p50)
+EXPANSION_SEARCH = 1024
+BROAD_ABOVE = 300_000
 EXACT_UP_TO = 20_000  # a scope this small is scanned exactly (about a millisecond at 384 dimensions)
 DROPPED = "dropped"  # the mark drop_saved leaves in a store's directory
 SAVE_EVERY = 5_000  # changed vectors after which `apply` says the index is worth saving
@@ -136,8 +139,11 @@ class VectorIndex:
             if updated is not None and (self.since is None or str(updated) > self.since):
                 self.since = str(updated)
             self.max_id = max(self.max_id, memory_id)
+        same = self._unchanged(latest)
         adds: dict[str, tuple[list[int], list[np.ndarray]]] = {}
         for memory_id, (scope, vec) in latest.items():
+            if memory_id in same:
+                continue  # read again (a catch-up from a timestamp it shares), not changed: the graph is left alone
             self.remove(memory_id)
             if vec is not None:
                 ids, vecs = adds.setdefault(scope, ([], []))
@@ -152,6 +158,20 @@ class VectorIndex:
             self._scope_of[np.asarray(ids)] = self._scope_code[scope]
             self._unsaved += len(ids)
         return self._unsaved >= SAVE_EVERY
+
+    def _unchanged(self, latest: dict[int, tuple[str, object]]) -> set[int]:
+        """The memories of `latest` indexed already in that scope with that very vector."""
+        by_scope: dict[str, list[int]] = {}
+        for memory_id, (scope, vec) in latest.items():
+            if vec is not None and self.scope_of(memory_id) == scope:
+                by_scope.setdefault(scope, []).append(memory_id)
+        same = set()
+        for scope, ids in by_scope.items():
+            held = np.asarray(self._graphs[scope].get(np.asarray(ids, dtype=np.uint64), dtype=np.float32))
+            for memory_id, row in zip(ids, held.reshape(len(ids), self.dim)):
+                if np.array_equal(row, np.asarray(latest[memory_id][1], dtype=np.float32)):
+                    same.add(memory_id)
+        return same
 
     # -- reading ---------------------------------------------------------------------------------------------------
 
@@ -176,8 +196,9 @@ class VectorIndex:
                 continue
             n = len(graph)
             exact = n <= EXACT_UP_TO
-            if not exact and graph.expansion_search < 2 * k:
-                graph.expansion_search = 2 * k
+            breadth = max(2 * k, EXPANSION_SEARCH if n > BROAD_ABOVE else 0)
+            if not exact and graph.expansion_search != breadth:
+                graph.expansion_search = breadth
             got = graph.search(q, min(k, n), threads=1, exact=exact)
             ids.append(np.asarray(got.keys, dtype=np.int64))
             cos.append(1.0 - np.asarray(got.distances, dtype=np.float32))
@@ -273,6 +294,49 @@ class VectorIndex:
         index._scope_code = {s: i for i, s in enumerate(index._scope_names)}
         index._scope_of = scope_of.astype(np.int32)
         index.since, index.max_id = record["since"], int(record["max_id"])
-        for graph in graphs.values():
-            graph.expansion_search = EXPANSION_SEARCH
         return index
+
+
+class PgVectors:
+    """A team store's vectors searched inside PostgreSQL (db/vectors.py: pgvector's HNSW index of this embedder
+    version), read as a VectorIndex is: nothing is held here, so another instance's write is in the next search."""
+
+    directory = None
+
+    def __init__(self, model: str):
+        self.model = model
+
+    def stale(self) -> bool:
+        return False
+
+    def scopes(self) -> list[str]:
+        return []  # the full-text index knows them (core/ranking/candidates.py)
+
+    def nearest(self, query: np.ndarray, k: int, scopes: list[str] | None) -> Found:
+        from cairn_cli.db import vectors
+
+        found = vectors.nearest(query, k, model=self.model, scopes=scopes)
+        return Found(
+            np.asarray([i for i, _ in found], dtype=np.int64), np.asarray([c for _, c in found], dtype=np.float32)
+        )
+
+    def vectors(self, ids: list[int]) -> dict[int, np.ndarray]:
+        from cairn_cli.db import vectors
+
+        return vectors.vectors_of(ids, self.model)
+
+
+def pgvector_source(model: str, dim: int) -> tuple[PgVectors | None, str]:
+    """The store's vectors in PostgreSQL when it is PostgreSQL with pgvector (its index of `model` made ready:
+    installed, backfilled, built), else None; and why (what `cairn daemon status` says)."""
+    from cairn_cli.db import vectors
+    from cairn_cli.errors import ConfigError
+
+    why = vectors.pgvector_ready()
+    if why is not None:
+        return None, why
+    try:
+        vectors.ensure_index(model, dim)
+    except ConfigError as exc:
+        return None, str(exc)
+    return PgVectors(model), "pgvector"
