@@ -386,3 +386,25 @@ def test_a_row_read_again_unchanged_leaves_the_graph_alone():
     index.apply([(1, "a", v[0], "t1"), (2, "a", v[2], "t1")])  # a catch-up from t1 reads both again; 2 changed
     assert index._unsaved == 2  # memory 2 removed and added again; memory 1 untouched
     assert np.allclose(index.vectors([2])[2], v[2]) and index.nearest(v[0], 1, ["a"]).ids.tolist() == [1]
+
+
+def test_too_few_candidates_are_read_deeper_until_no_unseen_memory_could_rank(cli, tmp_path, monkeypatch):
+    from cairn_cli.core.ranking import candidates
+
+    monkeypatch.setenv("CAIRN_RANK_PROFILE", "default")
+    monkeypatch.setenv("CAIRN_COMPOSITE_FLOOR", "off")
+    monkeypatch.setattr(candidates, "VECTOR_DEPTH", 4)  # far too few nearest for a top 8: the bound asks for more
+    rounds = []
+    real = candidates.CandidateTable._score
+
+    def counted(self, *args, **kwargs):
+        rounds.append(kwargs["wide"])
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(candidates.CandidateTable, "_score", counted)
+    prompts = _store(cli, tmp_path)
+    whole, big = RankEngine(HashingEncoder()), _big()
+    for prompt in prompts:
+        a, b = _ids(whole, prompt, "web"), _ids(big, prompt, "web")
+        assert [i for i, _ in a] == [i for i, _ in b], prompt
+    assert max(rounds) > 16  # some rankings read deeper than the first round's 2 x 8

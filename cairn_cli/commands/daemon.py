@@ -39,6 +39,7 @@ def _show(st, json: bool) -> None:
                 f"candidates: {search['path']}"
                 + (f" ({search['vectors']:,} vectors)" if search.get("vectors") is not None else "")
                 + (f"; the vector index above {search['above']:,} memories" if search.get("above") else "")
+                + (f"; not pgvector: {search['pgvector']}" if search.get("pgvector") else "")
             )
         plan = st.health.get("rerank_plan")
         if plan:

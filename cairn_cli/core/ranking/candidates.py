@@ -36,6 +36,7 @@ from cairn_cli.core.store import search_index
 from cairn_cli.core.text import terms
 
 PG_BM25_SCAN = 20_000  # on PostgreSQL, at most about this many term matches are scored inside it per query
+ROUNDS = 3  # reads of ever deeper candidates (4 times deeper each) while an unseen memory could still rank
 VECTOR_DEPTH = 200  # the nearest memories of the scope and global taken per query vector (at least twice the depth)
 
 
@@ -167,24 +168,69 @@ class CandidateTable:
         query_terms: Mapping[str, float] | None = None,
         floor_similarities=None,
     ) -> list[Scored]:
-        """ScoringTable.score over the candidates (see the module note)."""
+        """ScoringTable.score over the candidates (see the module note). Read deeper while a memory that was no
+        candidate could still score above the last one chosen: its cosine is at most the last nearest one's, its
+        BM25 at most the last of BM25's best (Fagin's threshold; the neighbour's share is not bounded)."""
         for name in weights:
             if name not in COMPONENTS:
                 raise unknown_weight(name)
-        entry = self.entry.lexical
-        in_scope = entry.in_scope_count(scope)
+        in_scope = self.entry.lexical.in_scope_count(scope)
         want = in_scope if top is None else min(top, in_scope)
         if want <= 0:
             return []
+        options = {
+            "scope": scope,
+            "weights": weights,
+            "half_life_days": half_life_days,
+            "now": now,
+            "want": want,
+            "neighbour_weight": neighbour_weight,
+            "context_keywords": context_keywords,
+            "coverage": coverage,
+            "query_terms": query_terms,
+            "floor_similarities": floor_similarities,
+        }
+        depth = want if not neighbour_weight else min(in_scope, max(4 * want, want + 50))
+        wide = max(VECTOR_DEPTH, 2 * depth)
+        for _ in range(ROUNDS):
+            out, unseen = self._score(query_text, similarities, depth=depth, wide=wide, **options)
+            if unseen is None or len(out) < want or out[-1].score > unseen or depth >= in_scope:
+                break
+            depth, wide = min(in_scope, 4 * depth), 4 * wide
+        return out
+
+    def _score(
+        self,
+        query_text: str,
+        similarities,
+        *,
+        scope: str | None,
+        weights: dict[str, float],
+        half_life_days: float,
+        now: dt.datetime | None,
+        want: int,
+        neighbour_weight: float,
+        context_keywords: float,
+        coverage: bool,
+        query_terms: Mapping[str, float] | None,
+        floor_similarities,
+        depth: int,
+        wide: int,
+    ) -> tuple[list[Scored], float | None]:
+        """The best `want` of BM25's best `depth` and the `wide` nearest, and the most a memory neither of them
+        holds can score (None: unknown)."""
         from cairn_cli.db import fulltext as sql
+
+        entry = self.entry.lexical
 
         weight_of = dict.fromkeys(terms(query_text), 1.0) if query_terms is None else dict(query_terms)
         weight_of = {t: w for t, w in weight_of.items() if w > 0}
         source = lexical._IndexSource(entry.prefilter)
         stats = lexical._Stats(entry.scope_rows, entry.prefilter, entry.weight)
         fast = not sql.is_postgres() and entry.weight == search_index.FULLTEXT_KEYWORD_WEIGHT
-        depth = want if not neighbour_weight else min(in_scope, max(4 * want, want + 50))
         query = similarities if isinstance(similarities, VectorQuery) else None
+        bm25_floor = 0.0  # the most BM25 a memory outside BM25's best can have (None: unknown)
+        bounded = True
         bm25: dict[int, float | None] = {}  # None: scored below, from the index row
         idf: dict[str, float] = {}
         near_ids: set[int] = set()
@@ -195,18 +241,27 @@ class CandidateTable:
             scan = _scanned_terms(freqs, idf)
         for scopes, _ in lexical._groups(scope):
             if fast:
-                bm25.update(lexical._maxscore(source, stats, weight_of, scopes, depth, entry.prefilter, idf))
+                got = lexical._maxscore(source, stats, weight_of, scopes, depth, entry.prefilter, idf)
+                bm25.update(got)
+                values = sorted(got.values(), reverse=True)  # the best `depth` by BM25 and some newest, lower
             else:  # who is a candidate: BM25's best over the scanned terms; every score then over all (below)
                 found = sql.pg_bm25_top(
                     scan, scopes, depth, weight=entry.weight, avgdl=stats.avgdl, with_meta=not entry.prefilter
                 )
                 bm25.update(dict.fromkeys([i for i, _ in found] + source.newest(scopes, depth)))
+                values = [v for _, v in found]
+                bounded = bounded and len(scan) == len(idf)  # a term left out: no bound
+            if len(values) >= depth:
+                bm25_floor = max(bm25_floor, values[depth - 1])
+        cos_floor: list[float] = []  # per query vector, the cosine of its last nearest (-inf: every one read)
         if query is not None:  # the nearest of the scope and global together: they compete for the same places
             scopes = [s for group, _ in lexical._groups(scope) for s in (group or [])] or None
-            wide = max(VECTOR_DEPTH, 2 * depth)
             for vec in (query.prompt, query.window):
                 if vec is not None:
-                    near_ids.update(self.entry.vectors.nearest(vec, wide, scopes).ids.tolist())
+                    found_near = self.entry.vectors.nearest(vec, wide, scopes)
+                    near_ids.update(found_near.ids.tolist())
+                    full = len(found_near.ids) >= wide
+                    cos_floor.append(float(found_near.cosines[-1]) if full else float("-inf"))
         docs = {d.memory_id: d for d in source.docs(sorted(set(bm25) | near_ids))}
         in_groups = {s for group, _ in lexical._groups(scope) for s in (group if group is not None else entry.counts)}
         ranked = {
@@ -230,7 +285,7 @@ class CandidateTable:
                 bm25[i] = counts.bm25(i, idf, stats.avgdl)
         ids = sorted(ranked)
         if not ids:
-            return []
+            return [], None
         slot = {i: n for n, i in enumerate(ids)}
         n = len(ids)
         requested = scope if scope and scope != GLOBAL_SCOPE else None
@@ -292,6 +347,21 @@ class CandidateTable:
         known = _coverage(weight_of, idf, stats) if coverage else None
         if known is not None:
             relevance = relevance * known
+        unseen = None
+        if bounded:  # what a memory that was no candidate could score at most
+            sim_floor = 0.0
+            if cos_floor and query is not None:
+                p = float(self._to_base(np.asarray([cos_floor[0]]), "query")[0]) if cos_floor[0] > -1e9 else 0.0
+                sim_floor = p
+                if len(cos_floor) > 1 and cos_floor[1] > -1e9:
+                    w = float(self._to_base(np.asarray([cos_floor[1]]), "query")[0])
+                    sim_floor = max(p, w - query.margin)
+            unseen = (
+                weights.get("similarity", 0.0) * max(sim_floor, 0.0)
+                + weights.get("keywords", 0.0) * bm25_floor / best
+                + sum(weights.get(name, 0.0) for name in ("scope", "confidence", "recency"))
+                + context_keywords
+            )
         order = np.lexsort((-np.asarray(ids), -total))[:want]
         if not per_memory:
             rows = _memories([ids[k] for k in order.tolist()], has_vec, slot)
@@ -312,7 +382,7 @@ class CandidateTable:
             c["composite"] = round(float(total[k]), 6)
             c["relevance"] = round(float(relevance[k]), 6)
             out.append(Scored(rows[i], float(total[k]), c))
-        return out
+        return out, unseen
 
 
 def _memories(ids: list[int], has_vec: np.ndarray, slot: dict[int, int]) -> dict[int, Candidate]:

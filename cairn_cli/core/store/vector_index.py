@@ -328,10 +328,13 @@ class PgVectors:
 
 def pgvector_source(model: str, dim: int) -> tuple[PgVectors | None, str]:
     """The store's vectors in PostgreSQL when it is PostgreSQL with pgvector (its index of `model` made ready:
-    installed, backfilled, built), else None; and why (what `cairn daemon status` says)."""
+    installed, backfilled, built), else None; and why not on a PostgreSQL store (what `cairn daemon status` says)."""
+    from cairn_cli import db
     from cairn_cli.db import vectors
     from cairn_cli.errors import ConfigError
 
+    if not db.is_postgres("memory"):
+        return None, ""  # a SQLite store: nothing to say
     why = vectors.pgvector_ready()
     if why is not None:
         return None, why
