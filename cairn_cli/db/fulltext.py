@@ -297,13 +297,19 @@ def pg_doc_freqs(terms: Sequence[str], *, with_meta: bool) -> dict[str, int]:
 
 
 def pg_bm25_top(
-    idf: dict[str, float], scopes: Sequence[str] | None, k: int, *, weight: int, avgdl: float, with_meta: bool
+    idf: dict[str, float],
+    scopes: Sequence[str] | None,
+    k: int,
+    *,
+    weight: int,
+    avgdl: float,
+    with_meta: bool,
+    k1: float,
+    b: float,
 ) -> list[tuple[int, float]]:
     """(memory id, BM25) of the `k` best memories of `scopes` (None: all) for the terms of `idf` (term -> its IDF at
     its weight in the query), newer first on a tie, computed inside PostgreSQL over the GIN index's matches: the
-    keyword side of a team store's ranking without reading every match into Python."""
-    from cairn_cli.core.ranking.lexical import BM25_B, BM25_K1
-
+    keyword side of a team store's ranking without reading every match into Python (`k1`, `b`: BM25's)."""
     terms = [t for t in idf if len(t.encode()) <= TSV_MAX_BYTES]
     if not terms or k <= 0:
         return []
@@ -311,7 +317,7 @@ def pg_bm25_top(
     parts, params = [], []
     for t in terms:
         parts.append(f"? * {tf} * ? / ({tf} + ? * (1 - ? + ? * dl / ?))")
-        params += [idf[t], t, weight, t, BM25_K1 + 1, t, weight, t, BM25_K1, BM25_B, BM25_B, avgdl or 1.0]
+        params += [idf[t], t, weight, t, k1 + 1, t, weight, t, k1, b, b, avgdl or 1.0]
     where = ["tsv @@ ?::tsquery"]
     where_params: list = [" | ".join(map(tsquote, terms))]
     if scopes is not None:

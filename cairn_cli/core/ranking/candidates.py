@@ -246,7 +246,14 @@ class CandidateTable:
                 values = sorted(got.values(), reverse=True)  # the best `depth` by BM25 and some newest, lower
             else:  # who is a candidate: BM25's best over the scanned terms; every score then over all (below)
                 found = sql.pg_bm25_top(
-                    scan, scopes, depth, weight=entry.weight, avgdl=stats.avgdl, with_meta=not entry.prefilter
+                    scan,
+                    scopes,
+                    depth,
+                    weight=entry.weight,
+                    avgdl=stats.avgdl,
+                    with_meta=not entry.prefilter,
+                    k1=BM25_K1,
+                    b=BM25_B,
                 )
                 bm25.update(dict.fromkeys([i for i, _ in found] + source.newest(scopes, depth)))
                 values = [v for _, v in found]
