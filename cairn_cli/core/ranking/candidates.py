@@ -239,33 +239,34 @@ class CandidateTable:
             freqs = sql.pg_doc_freqs(sorted(weight_of), with_meta=not entry.prefilter)
             idf.update({t: lexical._weighted(stats.idf(n), weight_of[t]) for t, n in freqs.items()})
             scan = _scanned_terms(freqs, idf)
-        for scopes, _ in lexical._groups(scope):
-            if fast:
-                got = lexical._maxscore(source, stats, weight_of, scopes, depth, entry.prefilter, idf)
-                bm25.update(got)
-                values = sorted(got.values(), reverse=True)  # the best `depth` by BM25 and some newest, lower
-            else:  # who is a candidate: BM25's best over the scanned terms; every score then over all (below)
-                found = sql.pg_bm25_top(
-                    scan,
-                    scopes,
-                    depth,
-                    weight=entry.weight,
-                    avgdl=stats.avgdl,
-                    with_meta=not entry.prefilter,
-                    k1=BM25_K1,
-                    b=BM25_B,
-                )
-                bm25.update(dict.fromkeys([i for i, _ in found] + source.newest(scopes, depth)))
-                values = [v for _, v in found]
-                bounded = bounded and len(scan) == len(idf)  # a term left out: no bound
-            if len(values) >= depth:
-                bm25_floor = max(bm25_floor, values[depth - 1])
+        # the scope and global read together: BM25's best of both (the scope part is added below, per memory), and
+        # the last of them bounds every memory left out of either
+        together = [s for group, _ in lexical._groups(scope) for s in (group or [])] or None
+        if fast:
+            got = lexical._maxscore(source, stats, weight_of, together, depth, entry.prefilter, idf)
+            bm25.update(got)
+            values = sorted(got.values(), reverse=True)  # the best `depth` by BM25 and some newest, lower
+        else:  # who is a candidate: BM25's best over the scanned terms; every score then over all (below)
+            found = sql.pg_bm25_top(
+                scan,
+                together,
+                depth,
+                weight=entry.weight,
+                avgdl=stats.avgdl,
+                with_meta=not entry.prefilter,
+                k1=BM25_K1,
+                b=BM25_B,
+            )
+            bm25.update(dict.fromkeys([i for i, _ in found] + source.newest(together, depth)))
+            values = [v for _, v in found]
+            bounded = len(scan) == len(idf)  # a term left out: no bound
+        if len(values) >= depth:
+            bm25_floor = values[depth - 1]
         cos_floor: list[float] = []  # per query vector, the cosine of its last nearest (-inf: every one read)
         if query is not None:  # the nearest of the scope and global together: they compete for the same places
-            scopes = [s for group, _ in lexical._groups(scope) for s in (group or [])] or None
             for vec in (query.prompt, query.window):
                 if vec is not None:
-                    found_near = self.entry.vectors.nearest(vec, wide, scopes)
+                    found_near = self.entry.vectors.nearest(vec, wide, together)
                     near_ids.update(found_near.ids.tolist())
                     full = len(found_near.ids) >= wide
                     cos_floor.append(float(found_near.cosines[-1]) if full else float("-inf"))
