@@ -1,21 +1,23 @@
 """A big store's table (#30): the composite of a few hundred candidates instead of every memory in scope.
 
-Above CAIRN_VECTOR_INDEX_ABOVE live memories the daemon keeps no scoring table of the whole store. A ranking takes
-its candidates from two indexes: the store's full-text index (BM25's best by MaxScore, core/ranking/fallback.py)
-and the vector index (the nearest memories by cosine, core/store/vector_index.py), each per scope group; then it
-scores every candidate, and the neighbours that may lend them their score, exactly as ScoringTable.score does:
-the cosine of the memory's own stored vector, BM25 with the store's statistics, the scope, confidence, recency,
-the neighbour's share, the coverage factor. What can differ from the whole table is only who is a candidate: a
-memory that is neither among the VECTOR_DEPTH nearest nor among BM25's best cannot be chosen (bench/scale.md
-measures how often the whole table's top k is missed).
+Above CAIRN_VECTOR_INDEX_ABOVE live memories (or on a team store with pgvector) the daemon keeps no scoring table of
+the whole store. A ranking takes its candidates from two indexes, the scope and global read together: the store's
+full-text index (BM25's best by MaxScore, core/ranking/fallback.py) and the vector index (the nearest memories by
+cosine, core/store/vector_index.py, or pgvector's); then it scores every candidate, and the neighbours that may
+lend them their score, exactly as ScoringTable.score does: the cosine of the memory's own stored vector, BM25 with
+the store's statistics, the scope, confidence, recency, the neighbour's share, the coverage factor. What can differ
+from the whole table is only who is a candidate, and it reads deeper (ROUNDS) while a memory neither index returned
+could still outrank the last one chosen: its cosine is at most the last nearest one's, its BM25 at most the last of
+BM25's best (Fagin's threshold). What is left is the vector index's own approximation (bench/scale.md: the whole
+table's top 10 for 199 of 200 real questions at 100k).
 
 On PostgreSQL (a team store) BM25's best are computed inside the server over the GIN index's matches of the
 query's terms; when those matches are more than PG_BM25_SCAN, over the rarest terms' alone (every candidate is then
-scored with all of them).
+scored with all of them, and no bound is known: no deeper read).
 
-Two parts are read differently: the dialog profile's joined keywords (a memory's field with its previous
-neighbour's) are max-normalised over the candidates, not the scope; and the kind of store is read from the scope's
-newest memories.
+One part is read differently: the dialog profile's joined keywords (a memory's field with its previous neighbour's)
+are max-normalised over the candidates, not the scope (the same order on LoCoMo; components within 0.01). The kind
+of store is read from SAMPLE of the scope's memories spread over its ids, as the table reads it.
 """
 
 from __future__ import annotations

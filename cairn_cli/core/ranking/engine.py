@@ -286,9 +286,14 @@ class RankEngine:
         return CandidateEntry(settings, [], held.index, held.lock, cal, held.kinds)
 
     def _embed_missing(self, settings: Settings, batch: int = 256) -> None:
-        """Embed (and store) the live memories without a vector of this embedder, `batch` at a time."""
+        """Embed (and store) the live memories without a vector of this embedder, `batch` at a time: only when it is
+        the embedder the store's vectors are made with (a swap's re-embedding is embedders.py's)."""
         from cairn_cli.core.ranking.lexical import Candidate
+        from cairn_cli.core.store.embedders import store_model
         from cairn_cli.db.tables import Memory
+
+        if self.scratch or (self.store_encoder or self.encoder).name != store_model(settings):
+            return
 
         rows = (
             Memory.select(Memory.id, Memory.content, Memory.keywords, Memory.scope, Memory.updated_at)
