@@ -34,8 +34,10 @@ from cairn_cli.config import Settings
 from cairn_cli.core.ids import GLOBAL_SCOPE
 from cairn_cli.core.ranking import fallback as lexical
 from cairn_cli.core.ranking.lexical import BM25_B, BM25_K1, COMPONENTS, Candidate, Scored, unknown_weight
+from cairn_cli.core.ranking.scoring import pairwise_cosines
 from cairn_cli.core.store import search_index
 from cairn_cli.core.text import terms
+from cairn_cli.db.fulltext import Doc
 
 PG_BM25_SCAN = 20_000  # on PostgreSQL, at most about this many term matches are scored inside it per query
 ROUNDS = 3  # reads of ever deeper candidates (4 times deeper each) while an unseen memory could still rank
@@ -96,11 +98,7 @@ class CandidateTable:
         ids = [i for i in memory_ids if i in vecs]
         if len(ids) < 2:
             return {}
-        rows = np.stack([vecs[i] for i in ids]).astype(np.float64)
-        norms = np.linalg.norm(rows, axis=1)
-        rows = rows / np.where(norms > 0, norms, 1.0)[:, None]
-        sims = self._to_base(rows @ rows.T, "memory").tolist()
-        return {a: dict(zip(ids, row)) for a, row in zip(ids, sims)}
+        return pairwise_cosines(ids, np.stack([vecs[i] for i in ids]), self._to_base)
 
     def kind(self, scope: str | None) -> str:
         """The kind of store the scope's memories make (core/ranking/kinds.py), read off SAMPLE of them spread evenly
@@ -194,8 +192,9 @@ class CandidateTable:
         }
         depth = want if not neighbour_weight else min(in_scope, max(4 * want, want + 50))
         wide = max(VECTOR_DEPTH, 2 * depth)
+        read: dict[int, Doc] = {}  # the index rows read so far: a deeper round reads only the new ones
         for _ in range(ROUNDS):
-            out, unseen = self._score(query_text, similarities, depth=depth, wide=wide, **options)
+            out, unseen = self._score(query_text, similarities, depth=depth, wide=wide, read=read, **options)
             if unseen is None or len(out) < want or out[-1].score > unseen or depth >= in_scope:
                 break
             depth, wide = min(in_scope, 4 * depth), 4 * wide
@@ -218,6 +217,7 @@ class CandidateTable:
         floor_similarities,
         depth: int,
         wide: int,
+        read: dict[int, Doc],
     ) -> tuple[list[Scored], float | None]:
         """The best `want` of BM25's best `depth` and the `wide` nearest, and the most a memory neither of them
         holds can score (None: unknown)."""
@@ -272,7 +272,7 @@ class CandidateTable:
                     near_ids.update(found_near.ids.tolist())
                     full = len(found_near.ids) >= wide
                     cos_floor.append(float(found_near.cosines[-1]) if full else float("-inf"))
-        docs = {d.memory_id: d for d in source.docs(sorted(set(bm25) | near_ids))}
+        docs = _docs(source, set(bm25) | near_ids, read)
         in_groups = {s for group, _ in lexical._groups(scope) for s in (group if group is not None else entry.counts)}
         ranked = {
             i for i, d in docs.items() if d.scope in in_groups and not (d.meta and entry.prefilter)
@@ -283,7 +283,7 @@ class CandidateTable:
                 todo = [docs[i] for i in ranked if i not in neighbours]
                 neighbours.update(source.neighbours(todo, with_meta=not entry.prefilter))
                 others = sorted({n for pair in neighbours.values() for n in pair if n is not None and n not in docs})
-                for doc in source.docs(others):
+                for doc in _docs(source, others, read).values():
                     docs[doc.memory_id] = doc
                     if doc.scope in in_groups and not (doc.meta and entry.prefilter):
                         ranked.add(doc.memory_id)
@@ -431,6 +431,13 @@ def _scanned_terms(freqs: Mapping[str, int], idf: Mapping[str, float]) -> dict[s
             break
         out[term] = idf[term]
     return out
+
+
+def _docs(source, ids, read: dict[int, Doc]) -> dict[int, Doc]:
+    """The index rows of `ids`, those not in `read` read now (and kept there); ids without a row are left out."""
+    new = sorted(i for i in ids if i not in read)
+    read.update((d.memory_id, d) for d in source.docs(new))
+    return {i: read[i] for i in ids if i in read}
 
 
 class _Counts:

@@ -196,6 +196,16 @@ def plain_terms(query_text: str) -> dict[str, float]:
     return dict.fromkeys(terms(query_text), 1.0)
 
 
+def pairwise_cosines(ids: list[int], rows: np.ndarray, to_base) -> dict[int, dict[int, float]]:
+    """memory id -> memory id -> the cosine of their embeddings (`rows`, aligned with `ids`), on the base's scale
+    (`to_base(cosines, "memory")`): what the near-duplicate skip reads."""
+    rows = rows.astype(np.float64)
+    norms = np.linalg.norm(rows, axis=1)
+    rows = rows / np.where(norms > 0, norms, 1.0)[:, None]
+    sims = to_base(rows @ rows.T, "memory").tolist()
+    return {a: dict(zip(ids, row)) for a, row in zip(ids, sims)}
+
+
 def fuse_similarities(prompt: np.ndarray, window: np.ndarray, margin: float) -> np.ndarray:
     """Per slot, the prompt's cosine or the whole window's less `margin`, whichever is higher: the earlier turns can
     only add (core/ranking/query.py)."""
@@ -379,11 +389,7 @@ class ScoringTable:
         ids = [i for i in memory_ids if (slot := self.slot_of.get(i)) is not None and has[slot]]
         if len(ids) < 2:
             return {}
-        rows = matrix[[self.slot_of[i] for i in ids]].astype(np.float64)
-        norms = np.linalg.norm(rows, axis=1)
-        rows = rows / np.where(norms > 0, norms, 1.0)[:, None]
-        sims = self._to_base(rows @ rows.T, "memory").tolist()
-        return {a: dict(zip(ids, row)) for a, row in zip(ids, sims)}
+        return pairwise_cosines(ids, matrix[[self.slot_of[i] for i in ids]], self._to_base)
 
     def window_similarities(
         self, prompt_vec: np.ndarray, window_vec: np.ndarray, margin: float

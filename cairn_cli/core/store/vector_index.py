@@ -179,10 +179,6 @@ class VectorIndex:
     def __len__(self) -> int:
         return sum(len(g) for g in self._graphs.values())
 
-    def count(self, scope: str) -> int:
-        graph = self._graphs.get(scope)
-        return 0 if graph is None else len(graph)
-
     def scopes(self) -> list[str]:
         return [s for s, g in self._graphs.items() if len(g)]
 
