@@ -183,10 +183,13 @@ def _big() -> RankEngine:
     return engine
 
 
+@pytest.mark.parametrize("postings", ["held", "sqlite"])
 @pytest.mark.parametrize("profile", ["default", "auto"])
-def test_the_candidates_rank_as_the_whole_table(cli, tmp_path, monkeypatch, profile):
+def test_the_candidates_rank_as_the_whole_table(cli, tmp_path, monkeypatch, profile, postings):
     monkeypatch.setenv("CAIRN_RANK_PROFILE", profile)
     monkeypatch.setenv("CAIRN_COMPOSITE_FLOOR", "off")
+    if postings == "sqlite":  # the postings not held in memory: MaxScore over SQLite's (fallback.py)
+        monkeypatch.setattr(RankEngine, "_catch_up_keywords", lambda self, held, version, directory: None)
     prompts = _store(cli, tmp_path, dialog=profile == "auto")
     whole, big = RankEngine(HashingEncoder()), _big()
     for prompt in prompts:
@@ -198,6 +201,8 @@ def test_the_candidates_rank_as_the_whole_table(cli, tmp_path, monkeypatch, prof
             assert np.allclose([c for _, c in a], [c for _, c in b], atol=1e-5 if profile == "default" else 1e-2)
     assert big.search_path(Settings())["path"].startswith("vector index")
     assert whole.search_path(Settings())["path"].startswith("exact scan")
+    (held,) = big._vectors.values()
+    assert (held.keywords is not None) == (postings == "held")
 
 
 def test_below_the_threshold_the_whole_table_ranks(cli, tmp_path):
@@ -222,17 +227,22 @@ def test_writes_reach_the_next_ranking_without_a_rebuild_and_a_restart_reads_the
     got = _ids(big, "zanzibar quokka", "web", k=3)
     new_id = got[0][0]
     assert held.index is index and index.scope_of(new_id) == "web"  # applied in place
+    keywords = held.keywords
+    assert "zanzibar" in keywords.vocab and (keywords.directory / "keywords.json").exists()
     assert cli("memory", "add", "zanzibar quokka deployment checklist v2", "--scope", "web").exit_code == 0
     newer = _ids(big, "zanzibar quokka v2", "web", k=1)[0][0]
     assert cli("memory", "supersede", str(new_id), str(newer)).exit_code == 0
     assert new_id not in [i for i, _ in _ids(big, "zanzibar quokka", "web", k=5)]
     assert index.scope_of(new_id) is None
+    assert held.keywords is keywords and keywords.doc_freqs(["zanzibar"])["zanzibar"] == (1, 0)  # the newer alone
     index.save()
     restarted = _big()  # a new daemon: opens the saved index, applies only what changed since
     directory = index.directory
     saved = VectorIndex.open(index.model, index.dim, directory)
     assert len(saved) == len(index) and saved.since == index.since
     assert _ids(restarted, "zanzibar quokka v2", "web", k=1)[0][0] == newer
+    (reopened,) = restarted._vectors.values()
+    assert reopened.keywords.doc_freqs(["zanzibar"])["zanzibar"] == (1, 0)
 
 
 def test_a_memory_without_a_vector_is_embedded_and_stored(cli, tmp_path):
@@ -261,7 +271,27 @@ def test_a_forget_drops_the_saved_index_and_a_daemon_builds_it_again(cli, tmp_pa
     assert not directory.exists()
     _ids(big, "deploy cache", "web")
     assert held.index is not first and (directory / "index.json").exists()  # built again from the store
+    assert (directory / "keywords.json").exists()  # the postings too
     assert vector_index.store_dir(config.home_dir(), config.memory_db_url()) == directory.parent
+
+
+def test_postings_holding_a_memory_the_store_no_longer_has_are_let_go_and_built_again(cli, tmp_path):
+    from cairn_cli.db import fulltext as sql
+    from cairn_cli.db.tables import Memory
+
+    _store(cli, tmp_path, n=60)
+    big = _big()
+    _ids(big, "deploy cache", "web")
+    (held,) = big._vectors.values()
+    first = held.keywords
+    assert len(first) == 60
+    # gone without a forget's mark (on a team store, another instance's forget): the count tells
+    Memory.delete().where(Memory.id == 9).execute()
+    sql._sql("DELETE FROM fulltext_docs WHERE memory_id = 9")
+    sql._sql("DELETE FROM fulltext_postings WHERE memory_id = 9")
+    assert 9 not in [i for i, _ in _ids(big, "deploy cache", "web", k=60)]
+    _ids(big, "deploy cache", "web")
+    assert held.keywords is not first and len(held.keywords) == 59 and held.keywords._scope_of[9] == -1
 
 
 # -- the daemon, the real bundled model ------------------------------------------------------------------------------
@@ -329,6 +359,7 @@ def test_a_team_store_ranks_from_postgresql_as_the_whole_table_and_holds_nothing
             assert np.allclose([c for _, c in a], [c for _, c in b], atol=1e-5)
     (held,) = big._vectors.values()
     assert held.index is None and held.pg is not None  # no vector of the store held in this process
+    assert held.keywords is not None and len(held.keywords) == 300  # its postings are (core/store/keyword_index.py)
     assert big.search_path(Settings())["path"] == "pgvector HNSW in PostgreSQL + full-text index"
 
 
@@ -357,7 +388,10 @@ def test_another_instances_write_is_in_the_next_prompt(cli, tmp_path, monkeypatc
     )
     assert written.returncode == 0, written.stderr
     new_id = Memory.select(Memory.id).where(Memory.content.contains("zanzibar")).scalar()
-    assert _ids(big, "zanzibar quokka checklist", "web", k=1)[0][0] == new_id  # no reload, no catch-up
+    assert _ids(big, "zanzibar quokka checklist", "web", k=1)[0][0] == new_id  # no reload of the store
+    (held,) = big._vectors.values()
+    assert held.keywords.doc_freqs(["zanzibar"])["zanzibar"] == (1, 0)  # the postings held caught up with it
+    assert held.index is None and held.keywords.directory is None  # a team store's: never saved here
     # a memory rewritten without its vector (a redaction; a Stop when no embedder answered writes such rows too)
     Memory.update(embedding=None, embedding_model=None, updated_at=utcnow()).where(Memory.id == 3).execute()
     _ids(big, "deploy cache", "web")

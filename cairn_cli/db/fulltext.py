@@ -188,6 +188,13 @@ def docs(ids: Sequence[int]) -> list[Doc]:
     return list(map(Doc._make, _by_ids(f"SELECT {_DOC_COLUMNS} FROM fulltext_docs WHERE memory_id IN ({{}})", ids)))
 
 
+def docs_after(after_id: int, limit: int) -> list[Doc]:
+    """The index rows of the `limit` memories after `after_id`, by id (every row, page by page)."""
+    return _docs(
+        f"SELECT {_DOC_COLUMNS} FROM fulltext_docs WHERE memory_id > ? ORDER BY memory_id LIMIT ?", (after_id, limit)
+    )
+
+
 def newest(scopes: Sequence[str] | None, k: int, *, with_meta: bool) -> list[int]:
     """The ids of the `k` newest indexed memories in `scopes` (None: all)."""
     meta = "" if with_meta else "meta = 0"

@@ -57,9 +57,12 @@ class CandidateEntry:
     """What `rank()` reads of a big store: the full-text index's counts and scopes (fallback.IndexedEntry), the
     vector index, and the lock a refresh of the vector index takes alone."""
 
-    def __init__(self, settings: Settings, notes: list[str], vectors, lock, calibration=None, kinds_cache=None):
+    def __init__(
+        self, settings: Settings, notes: list[str], vectors, lock, calibration=None, kinds_cache=None, keywords=None
+    ):
         self.lexical = lexical.IndexedEntry(settings, notes)
         self.vectors = vectors
+        self.keywords = keywords  # the postings held in memory (core/store/keyword_index.py), or None: SQLite's
         self.lock = lock
         self.scopes = sorted(set(self.lexical.scopes) | set(vectors.scopes()))
         self.table = CandidateTable(self, calibration, {} if kinds_cache is None else kinds_cache)
@@ -192,7 +195,7 @@ class CandidateTable:
         }
         depth = want if not neighbour_weight else min(in_scope, max(4 * want, want + 50))
         wide = max(VECTOR_DEPTH, 2 * depth)
-        read: dict[int, Doc] = {}  # the index rows read so far: a deeper round reads only the new ones
+        read: dict = {}  # the index rows read so far (a deeper round reads only the new ones), and every BM25
         for _ in range(ROUNDS):
             out, unseen = self._score(query_text, similarities, depth=depth, wide=wide, read=read, **options)
             if unseen is None or len(out) < want or out[-1].score > unseen or depth >= in_scope:
@@ -217,7 +220,7 @@ class CandidateTable:
         floor_similarities,
         depth: int,
         wide: int,
-        read: dict[int, Doc],
+        read: dict,
     ) -> tuple[list[Scored], float | None]:
         """The best `want` of BM25's best `depth` and the `wide` nearest, and the most a memory neither of them
         holds can score (None: unknown)."""
@@ -229,7 +232,8 @@ class CandidateTable:
         weight_of = {t: w for t, w in weight_of.items() if w > 0}
         source = lexical._IndexSource(entry.prefilter)
         stats = lexical._Stats(entry.scope_rows, entry.prefilter, entry.weight)
-        fast = not sql.is_postgres() and entry.weight == search_index.FULLTEXT_KEYWORD_WEIGHT
+        held = self.entry.keywords if self.entry.lexical.rows is None else None
+        fast = held is None and not sql.is_postgres() and entry.weight == search_index.FULLTEXT_KEYWORD_WEIGHT
         query = similarities if isinstance(similarities, VectorQuery) else None
         bm25_floor = 0.0  # the most BM25 a memory outside BM25's best can have (None: unknown)
         bounded = True
@@ -237,14 +241,35 @@ class CandidateTable:
         idf: dict[str, float] = {}
         near_ids: set[int] = set()
         scan: dict[str, float] = {}
-        if not fast:  # PostgreSQL: the document frequencies from its GIN index, BM25's best computed in it
+        known_bm25 = None  # (ids ascending, BM25) of every memory holding a query term, when the postings are held
+        if held is None and not fast:  # PostgreSQL: the document frequencies from its GIN index, BM25's best in it
             freqs = sql.pg_doc_freqs(sorted(weight_of), with_meta=not entry.prefilter)
             idf.update({t: lexical._weighted(stats.idf(n), weight_of[t]) for t, n in freqs.items()})
             scan = _scanned_terms(freqs, idf)
         # the scope and global read together: BM25's best of both (the scope part is added below, per memory), and
         # the last of them bounds every memory left out of either
         together = [s for group, _ in lexical._groups(scope) for s in (group or [])] or None
-        if fast:
+        if held is not None:  # every memory's BM25 from the postings in memory (once: a deeper round reads it again)
+            if "bm25" not in read:
+                for term, (df, df_meta) in held.doc_freqs(sorted(weight_of)).items():
+                    full = df + (0 if entry.prefilter else df_meta)
+                    idf[term] = lexical._weighted(stats.idf(full), weight_of[term])
+                read["idf"] = dict(idf)
+                read["bm25"] = held.bm25(
+                    idf,
+                    together,
+                    with_meta=not entry.prefilter,
+                    weight=entry.weight,
+                    avgdl=stats.avgdl,
+                    k1=BM25_K1,
+                    b=BM25_B,
+                )
+            idf.update(read["idf"])
+            known_bm25 = read["bm25"]
+            top_ids, values = _best(*known_bm25, depth)
+            bm25.update(zip(top_ids, values))
+            bm25.update(dict.fromkeys(i for i in source.newest(together, depth) if i not in bm25))
+        elif fast:
             got = lexical._maxscore(source, stats, weight_of, together, depth, entry.prefilter, idf)
             bm25.update(got)
             values = sorted(got.values(), reverse=True)  # the best `depth` by BM25 and some newest, lower
@@ -272,7 +297,10 @@ class CandidateTable:
                     near_ids.update(found_near.ids.tolist())
                     full = len(found_near.ids) >= wide
                     cos_floor.append(float(found_near.cosines[-1]) if full else float("-inf"))
-        docs = _docs(source, set(bm25) | near_ids, read)
+        if held is not None and not (neighbour_weight or context_keywords):  # no term read: the held rows say all
+            docs = {i: Doc._make(row) for i, row in held.rows(set(bm25) | near_ids).items()}
+        else:
+            docs = _docs(source, set(bm25) | near_ids, read.setdefault("docs", {}))
         in_groups = {s for group, _ in lexical._groups(scope) for s in (group if group is not None else entry.counts)}
         ranked = {
             i for i, d in docs.items() if d.scope in in_groups and not (d.meta and entry.prefilter)
@@ -283,14 +311,17 @@ class CandidateTable:
                 todo = [docs[i] for i in ranked if i not in neighbours]
                 neighbours.update(source.neighbours(todo, with_meta=not entry.prefilter))
                 others = sorted({n for pair in neighbours.values() for n in pair if n is not None and n not in docs})
-                for doc in _docs(source, others, read).values():
+                for doc in _docs(source, others, read.setdefault("docs", {})).values():
                     docs[doc.memory_id] = doc
                     if doc.scope in in_groups and not (doc.meta and entry.prefilter):
                         ranked.add(doc.memory_id)
                 if not neighbour_weight:
                     break
         counts = _Counts(docs, entry.weight)  # each memory's term counts, parsed once
-        for i in ranked:
+        missing = [i for i in ranked if bm25.get(i) is None]
+        if known_bm25 is not None and missing:
+            bm25.update(zip(missing, _lookup(*known_bm25, missing)))
+        for i in missing:
             if bm25.get(i) is None:
                 bm25[i] = counts.bm25(i, idf, stats.avgdl)
         ids = sorted(ranked)
@@ -393,6 +424,26 @@ class CandidateTable:
             c["relevance"] = round(float(relevance[k]), 6)
             out.append(Scored(rows[i], float(total[k]), c))
         return out, unseen
+
+
+def _best(ids: np.ndarray, scores: np.ndarray, k: int) -> tuple[list[int], list[float]]:
+    """The `k` best of (ids, scores) by score, then newer (higher) id, best first."""
+    if len(ids) > k:
+        kth = np.partition(scores, len(scores) - k)[len(scores) - k]
+        keep = scores >= kth
+        ids, scores = ids[keep], scores[keep]
+    order = np.lexsort((-ids, -scores))[:k]
+    return ids[order].tolist(), scores[order].tolist()
+
+
+def _lookup(ids: np.ndarray, scores: np.ndarray, wanted: list[int]) -> list[float]:
+    """The scores of `wanted` in (ids ascending, scores); 0 for those not there."""
+    at = np.searchsorted(ids, wanted)
+    at = np.minimum(at, max(len(ids) - 1, 0))
+    if not len(ids):
+        return [0.0] * len(wanted)
+    found = ids[at] == np.asarray(wanted)
+    return np.where(found, scores[at], 0.0).tolist()
 
 
 def _memories(ids: list[int], has_vec: np.ndarray, slot: dict[int, int]) -> dict[int, Candidate]:

@@ -255,14 +255,15 @@ class RankEngine:
 
             cal = calibration(self.embed_model)
         version = store_version(settings)
-        if held.pg is not None:  # a team store searched in PostgreSQL: nothing of it held here
+        if held.pg is not None:  # a team store searched in PostgreSQL: no vector of it held here
             if held.version != version and self._refreshing.acquire(blocking=False):
                 try:  # memories written without a vector (no embedder answered): embedded here, as a table does
                     self._embed_missing(settings)
+                    self._catch_up_keywords(held, version, None)
                     held.version = version
                 finally:
                     self._refreshing.release()
-            return CandidateEntry(settings, [], held.pg, held.lock, cal, held.kinds)
+            return _checked(CandidateEntry(settings, [], held.pg, held.lock, cal, held.kinds, held.keywords), held)
         if held.size_version != version[1]:
             live = sum(r.n + r.n_meta for r in sql.scope_stats())
             threshold = self.vector_index_above or 0
@@ -271,10 +272,10 @@ class RankEngine:
             held.size_version = version[1]
         if not held.big:
             if held.index is not None:  # shrunk: the index is let go, the whole table ranks again
-                held.index, held.version = None, None
+                held.index, held.keywords, held.version = None, None, None
             return None
         if held.index is not None and held.index.stale():  # a forget dropped the saved index: built again
-            held.index, held.version = None, None
+            held.index, held.keywords, held.version = None, None, None
             held.kinds.clear()
         if held.index is None or held.version != version:
             blocking = held.index is None  # the first time: every ranking needs it, all wait for it
@@ -283,7 +284,7 @@ class RankEngine:
                     self._catch_up(settings, held, version)
                 finally:
                     self._refreshing.release()
-        return CandidateEntry(settings, [], held.index, held.lock, cal, held.kinds)
+        return _checked(CandidateEntry(settings, [], held.index, held.lock, cal, held.kinds, held.keywords), held)
 
     def _embed_missing(self, settings: Settings, batch: int = 256) -> None:
         """Embed (and store) the live memories without a vector of this embedder, `batch` at a time: only when it is
@@ -323,9 +324,51 @@ class RankEngine:
             rows = self._embedded_vectors(batch, settings)
             with held.lock.exclusive():
                 worth_saving = index.apply(rows, threads=0 if since is None else 1) or worth_saving
+        self._catch_up_keywords(held, version, index.directory)
         held.version = version
         if worth_saving or since is None:
             index.save()
+
+    def _catch_up_keywords(self, held: _Vectors, version: tuple, directory) -> None:
+        """Bring the postings held in memory up to `version` (core/store/keyword_index.py): opened from their save
+        in `directory` (beside the vector index; None: a team store's, never saved here, since another instance
+        changes and forgets its memories), or built from the full-text index page by page, then the memories
+        changed since applied; readers see them only once whole. The full-text index is brought up to date first.
+        On PostgreSQL the changes are read from TEAM_WINDOW_S before the last one applied: another instance's
+        transaction may commit a little after a later one."""
+        import datetime as dt
+
+        from cairn_cli.core.store import search_index
+        from cairn_cli.core.store.keyword_index import KeywordIndex
+        from cairn_cli.db import fulltext as sql
+
+        if search_index.sync_if_behind() is not None:
+            return  # the full-text index cannot be written here: its rows are not the store's (SQLite's path reads)
+        keywords = held.keywords
+        if keywords is None:  # opened from its save, unless that save was found to hold a memory that left
+            reopen = directory is not None and not held.keywords_outdated
+            keywords = KeywordIndex.open(directory) if reopen else KeywordIndex(directory)
+        worth_saving = keywords.since is None
+        if keywords.since is None:  # built from every row of the index, at the store's version read before them
+            after = 0
+            while page := sql.docs_after(after, 20_000):
+                keywords.apply([d.memory_id for d in page], page, bulk=True)
+                after = page[-1].memory_id
+            keywords.since = version[2] if version[2] != "None" else str(dt.datetime.min)
+            keywords.max_id = max(keywords.max_id, version[1])
+        else:
+            since = dt.datetime.fromisoformat(keywords.since)
+            if sql.is_postgres():
+                since -= dt.timedelta(seconds=TEAM_WINDOW_S)
+            for batch in _changed_ids(since, keywords.max_id):
+                ids = [i for i, _ in batch]
+                with held.lock.exclusive():
+                    worth_saving = keywords.apply(ids, sql.docs(ids), since=max(u for _, u in batch)) or worth_saving
+        keywords.settle(held.lock.exclusive)
+        held.keywords, held.keywords_outdated = keywords, False
+        if worth_saving and directory is not None:
+            keywords.merge(held.lock.exclusive)
+            keywords.save()
 
     @contextmanager
     def reading(self, entry: RankEntry) -> Iterator[RankEntry]:
@@ -477,11 +520,16 @@ class _Vectors:
     big: bool = False
     size_version: int = -1
     index: Any = None
+    keywords: Any = None  # the full-text index's postings in memory (core/store/keyword_index.py), once built
+    keywords_outdated: bool = False  # they held a memory that left: built again from the store, not their save
     version: tuple | None = None
     lock: SharedLock = field(default_factory=SharedLock)
     kinds: dict = field(default_factory=dict)
     pg: Any = None  # the vectors searched in PostgreSQL (core/store/vector_index.py PgVectors), when pgvector is there
     pg_note: str = ""  # why not, or "pgvector"
+
+
+TEAM_WINDOW_S = 60  # a team store's changes are read again from this long before the last one applied
 
 
 def _vectors_key(settings: Settings, embed_model: str | None) -> tuple:
@@ -518,6 +566,27 @@ def _vector_rows(embed_model: str | None, since, after_id: int, batch: int = 10_
             rows = []
     if rows:
         yield rows
+
+
+def _checked(entry, held: _Vectors):
+    """`entry` reading the held postings only when they hold no memory the full-text index no longer has (one was
+    forgotten, on a team store by another instance): else they are let go, built again at the next catch-up, and
+    this ranking reads the store's own index."""
+    keywords = entry.keywords
+    if keywords is not None and len(keywords) > sum(r.n + r.n_meta for r in entry.lexical.scope_rows):
+        held.keywords = entry.keywords = None
+        held.version, held.keywords_outdated = None, True
+    return entry
+
+
+def _changed_ids(since, after_id: int, batch: int = 10_000):
+    """(id, updated_at text) of the memories updated since `since` or written after `after_id`, in batches."""
+    from cairn_cli.db.tables import Memory
+
+    query = Memory.select(Memory.id, Memory.updated_at).where((Memory.updated_at >= since) | (Memory.id > after_id))
+    rows = [(i, str(u)) for i, u in query.order_by(Memory.id).tuples()]
+    for start in range(0, len(rows), batch):
+        yield rows[start : start + batch]
 
 
 def _scopes(entry: _Table) -> list[str]:
