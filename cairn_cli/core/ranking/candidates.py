@@ -266,7 +266,7 @@ class CandidateTable:
                 )
             idf.update(read["idf"])
             known_bm25 = read["bm25"]
-            top_ids, values = _best(*known_bm25, depth)
+            top_ids, values = _best(known_bm25[0], known_bm25[1], depth)
             bm25.update(zip(top_ids, values))
             bm25.update(dict.fromkeys(i for i in source.newest(together, depth) if i not in bm25))
         elif fast:
@@ -320,7 +320,7 @@ class CandidateTable:
         counts = _Counts(docs, entry.weight)  # each memory's term counts, parsed once
         missing = [i for i in ranked if bm25.get(i) is None]
         if known_bm25 is not None and missing:
-            bm25.update(zip(missing, _lookup(*known_bm25, missing)))
+            bm25.update(zip(missing, _lookup(known_bm25[0], known_bm25[1], missing)))
         for i in missing:
             if bm25.get(i) is None:
                 bm25[i] = counts.bm25(i, idf, stats.avgdl)

@@ -584,7 +584,8 @@ def _changed_ids(since, after_id: int, batch: int = 10_000):
     from cairn_cli.db.tables import Memory
 
     query = Memory.select(Memory.id, Memory.updated_at).where((Memory.updated_at >= since) | (Memory.id > after_id))
-    rows = [(i, str(u)) for i, u in query.order_by(Memory.id).tuples()]
+    found: Any = query.order_by(Memory.id).tuples()
+    rows = [(row[0], str(row[1])) for row in found]
     for start in range(0, len(rows), batch):
         yield rows[start : start + batch]
 

@@ -221,8 +221,7 @@ class KeywordIndex:
         held = per_term > 0
         terms = [t for t, has in zip(self._terms, held.tolist()) if has]
         recode = np.cumsum(held, dtype=np.int64) - 1
-        all_codes = recode[all_codes]
-        order = np.lexsort((all_ids, all_codes))
+        order = np.lexsort((all_ids, recode[all_codes]))
         new_ids = all_ids[order]
         new_content = np.concatenate(tf_content)[order]
         new_keywords = np.concatenate(tf_keywords)[order]
@@ -254,7 +253,9 @@ class KeywordIndex:
         if code is None:
             empty = np.zeros(0, dtype=np.int32)
             return empty, empty, empty
-        ids = c = k = np.zeros(0, dtype=np.int32)
+        ids: np.ndarray = np.zeros(0, dtype=np.int32)
+        c: np.ndarray = ids
+        k: np.ndarray = ids
         if code < len(self._start) - 1:
             lo, hi = int(self._start[code]), int(self._start[code + 1])
             ids, c, k = self._ids[lo:hi], self._tf_content[lo:hi], self._tf_keywords[lo:hi]
