@@ -329,10 +329,14 @@ def test_a_daemon_ranks_a_big_store_from_its_indexes_and_a_restart_opens_the_sav
         got = rank_json(h, "how do I redeem a gift card?", "--scope", "webshop", **extra)
         assert got["memories"][0]["id"] == 19  # a write reaches the next prompt: no reload
         text = run(h, "daemon", "status", **extra).stdout
-        assert "candidates: vector index (usearch HNSW) + full-text index (19 vectors)" in text
+        assert (
+            "candidates: vector index (usearch HNSW) + full-text index (19 vectors); the postings of 19 memories held"
+            in text
+        )
+        assert list(saved.glob("*/*/keywords.json"))  # the postings kept beside the graphs
         assert run(h, "daemon", "stop", **extra).returncode == 0
         restarted = start(h, **extra)
-        assert restarted["search"]["vectors"] == 19
+        assert restarted["search"]["vectors"] == 19 and restarted["search"]["postings_held"] == 19
         assert rank_json(h, "how do I redeem a gift card?", "--scope", "webshop", **extra)["memories"][0]["id"] == 19
     finally:
         run(h, "daemon", "stop", "--force")
@@ -422,17 +426,20 @@ def test_a_row_read_again_unchanged_leaves_the_graph_alone():
     assert np.allclose(index.vectors([2])[2], v[2]) and index.nearest(v[0], 1, ["a"]).ids.tolist() == [1]
 
 
-def test_too_few_candidates_are_read_deeper_until_no_unseen_memory_could_rank(cli, tmp_path, monkeypatch):
+@pytest.mark.parametrize("postings", ["held", "sqlite"])
+def test_too_few_candidates_are_read_deeper_until_no_unseen_memory_could_rank(cli, tmp_path, monkeypatch, postings):
     from cairn_cli.core.ranking import candidates
 
     monkeypatch.setenv("CAIRN_RANK_PROFILE", "default")
     monkeypatch.setenv("CAIRN_COMPOSITE_FLOOR", "off")
     monkeypatch.setattr(candidates, "VECTOR_DEPTH", 4)  # far too few nearest for a top 8: the bound asks for more
+    if postings == "sqlite":
+        monkeypatch.setattr(RankEngine, "_catch_up_keywords", lambda self, held, version, directory: None)
     rounds = []
     real = candidates.CandidateTable._score
 
     def counted(self, *args, **kwargs):
-        rounds.append(kwargs["wide"])
+        rounds.append((kwargs["depth"], kwargs["wide"]))
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(candidates.CandidateTable, "_score", counted)
@@ -441,4 +448,7 @@ def test_too_few_candidates_are_read_deeper_until_no_unseen_memory_could_rank(cl
     for prompt in prompts:
         a, b = _ids(whole, prompt, "web"), _ids(big, prompt, "web")
         assert [i for i, _ in a] == [i for i, _ in b], prompt
-    assert max(rounds) > 16  # some rankings read deeper than the first round's 2 x 8
+    if postings == "sqlite":  # some rankings read both deeper than the first round's 8 and 2 x 8
+        assert max(w for _, w in rounds) > 16 and max(d for d, _ in rounds) > 8
+    else:  # every BM25 known: only BM25's best read deeper, exactly as deep as the bound asks, the nearest kept
+        assert max(d for d, _ in rounds) > 8 and any(d not in (8, 32, 128) for d, _ in rounds)

@@ -38,6 +38,11 @@ def _show(st, json: bool) -> None:
             output.text_out(
                 f"candidates: {search['path']}"
                 + (f" ({search['vectors']:,} vectors)" if search.get("vectors") is not None else "")
+                + (
+                    f"; the postings of {search['postings_held']:,} memories held"
+                    if search.get("postings_held") is not None
+                    else ""
+                )
                 + (f"; the vector index above {search['above']:,} memories" if search.get("above") else "")
                 + (f"; not pgvector: {search['pgvector']}" if search.get("pgvector") else "")
             )

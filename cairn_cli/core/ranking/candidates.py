@@ -41,6 +41,7 @@ from cairn_cli.db.fulltext import Doc
 
 PG_BM25_SCAN = 20_000  # on PostgreSQL, at most about this many term matches are scored inside it per query
 ROUNDS = 3  # reads of ever deeper candidates (4 times deeper each) while an unseen memory could still rank
+DEEPEST = 64  # BM25's side read at most this many times deeper in one round (beyond: the nearest are read deeper)
 VECTOR_DEPTH = 200  # the nearest memories of the scope and global taken per query vector (at least twice the depth)
 
 
@@ -200,7 +201,11 @@ class CandidateTable:
             out, unseen = self._score(query_text, similarities, depth=depth, wide=wide, read=read, **options)
             if unseen is None or len(out) < want or out[-1].score > unseen or depth >= in_scope:
                 break
-            depth, wide = min(in_scope, 4 * depth), 4 * wide
+            keyword_depth = _keyword_depth(read, out[-1].score, weights.get("keywords", 0.0), depth)
+            if keyword_depth is not None:  # BM25's side alone is short: exactly as deep as it must be, no nearer
+                depth = min(in_scope, keyword_depth)
+            else:
+                depth, wide = min(in_scope, 4 * depth), 4 * wide
         return out
 
     def _score(
@@ -293,7 +298,10 @@ class CandidateTable:
         if query is not None:  # the nearest of the scope and global together: they compete for the same places
             for vec in (query.prompt, query.window):
                 if vec is not None:
-                    found_near = self.entry.vectors.nearest(vec, wide, together)
+                    key = ("nearest", vec is query.window, wide)  # a round only BM25's side deepens reads them again
+                    found_near = read.get(key)
+                    if found_near is None:
+                        found_near = read[key] = self.entry.vectors.nearest(vec, wide, together)
                     near_ids.update(found_near.ids.tolist())
                     full = len(found_near.ids) >= wide
                     cos_floor.append(float(found_near.cosines[-1]) if full else float("-inf"))
@@ -397,12 +405,10 @@ class CandidateTable:
                 if len(cos_floor) > 1 and cos_floor[1] > -1e9:
                     w = float(self._to_base(np.asarray([cos_floor[1]]), "query")[0])
                     sim_floor = max(p, w - query.margin)
-            unseen = (
-                weights.get("similarity", 0.0) * max(sim_floor, 0.0)
-                + weights.get("keywords", 0.0) * bm25_floor / best
-                + sum(weights.get(name, 0.0) for name in ("scope", "confidence", "recency"))
-                + context_keywords
-            )
+            vector_part = weights.get("similarity", 0.0) * max(sim_floor, 0.0)
+            rest = sum(weights.get(name, 0.0) for name in ("scope", "confidence", "recency")) + context_keywords
+            unseen = vector_part + weights.get("keywords", 0.0) * bm25_floor / best + rest
+            read["bound"] = (vector_part + rest, best)
         order = np.lexsort((-np.asarray(ids), -total))[:want]
         if not per_memory:
             rows = _memories([ids[k] for k in order.tolist()], has_vec, slot)
@@ -424,6 +430,21 @@ class CandidateTable:
             c["relevance"] = round(float(relevance[k]), 6)
             out.append(Scored(rows[i], float(total[k]), c))
         return out, unseen
+
+
+def _keyword_depth(read: dict, last: float, keyword_weight: float, depth: int) -> int | None:
+    """When every memory's BM25 is known (the postings held) and the nearest are deep enough, how many of BM25's best
+    must be candidates so that no other memory could outrank `last` (the last one chosen): those whose keywords
+    part alone exceeds what the nearest's bound leaves. None: the nearest must be read deeper (or no such count is
+    known, or it is more than DEEPEST times `depth`)."""
+    if "bm25" not in read or "bound" not in read or not keyword_weight:
+        return None
+    others, best = read["bound"]
+    slack = last - others
+    if slack <= 0:
+        return None
+    need = int(np.count_nonzero(keyword_weight * read["bm25"][1] / best >= slack * (1 - 1e-9))) + 1
+    return need if depth < need <= DEEPEST * depth else None
 
 
 def _best(ids: np.ndarray, scores: np.ndarray, k: int) -> tuple[list[int], list[float]]:

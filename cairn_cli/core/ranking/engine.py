@@ -218,12 +218,14 @@ class RankEngine:
         if self.indexed or self.encoder is None:
             return {"path": "full-text index (no embedder)"}
         held = self._vectors.get(_vectors_key(settings, self.embed_model))
+        postings = {} if held is None or held.keywords is None else {"postings_held": len(held.keywords)}
         if held is not None and held.pg is not None:
-            return {"path": "pgvector HNSW in PostgreSQL + full-text index", "above": None}
+            return {"path": "pgvector HNSW in PostgreSQL + full-text index", "above": None, **postings}
         if held is not None and held.big and held.index is not None:
             return {
                 "path": "vector index (usearch HNSW) + full-text index",
                 "vectors": len(held.index),
+                **postings,
                 "above": self.vector_index_above,
                 "directory": str(held.index.directory),
             }
