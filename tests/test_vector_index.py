@@ -452,3 +452,24 @@ def test_too_few_candidates_are_read_deeper_until_no_unseen_memory_could_rank(cl
         assert max(w for _, w in rounds) > 16 and max(d for d, _ in rounds) > 8
     else:  # every BM25 known: only BM25's best read deeper, exactly as deep as the bound asks, the nearest kept
         assert max(d for d, _ in rounds) > 8 and any(d not in (8, 32, 128) for d, _ in rounds)
+
+
+def test_a_memory_forgotten_after_the_postings_were_caught_up_is_never_ranked(cli, tmp_path, monkeypatch):
+    from cairn_cli.db import fulltext as sql
+    from cairn_cli.db.tables import Memory
+
+    monkeypatch.setenv("CAIRN_RANK_PROFILE", "default")
+    _store(cli, tmp_path, n=60)
+    big = _big()
+    top = _ids(big, "deploy cache", "web", k=3)[0][0]
+    (held,) = big._vectors.values()
+    keywords = held.keywords
+    # between a catch-up and the ranking that reads the postings: one memory forgotten (its indexes not dropped
+    # yet), another written, so that the count the postings are checked by is the same
+    monkeypatch.setattr(type(big), "_catch_up", lambda self, settings, held, version: None)
+    Memory.delete().where(Memory.id == top).execute()
+    sql._sql("DELETE FROM fulltext_docs WHERE memory_id = ?", (top,))
+    assert cli("memory", "add", "zanzibar quokka", "--scope", "web").exit_code == 0
+    got = _ids(big, "deploy cache", "web", k=3)
+    assert held.keywords is keywords and keywords._scope_of[top] >= 0  # the postings held still have it
+    assert top not in [i for i, _ in got] and len(got) == 3

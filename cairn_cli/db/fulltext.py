@@ -188,6 +188,11 @@ def docs(ids: Sequence[int]) -> list[Doc]:
     return list(map(Doc._make, _by_ids(f"SELECT {_DOC_COLUMNS} FROM fulltext_docs WHERE memory_id IN ({{}})", ids)))
 
 
+def indexed(ids: Sequence[int]) -> set[int]:
+    """Those of `ids` that have an index row (a memory forgotten meanwhile has none)."""
+    return {r[0] for r in _by_ids("SELECT memory_id FROM fulltext_docs WHERE memory_id IN ({})", ids)}
+
+
 def docs_after(after_id: int, limit: int) -> list[Doc]:
     """The index rows of the `limit` memories after `after_id`, by id (every row, page by page)."""
     return _docs(

@@ -306,7 +306,9 @@ class CandidateTable:
                     full = len(found_near.ids) >= wide
                     cos_floor.append(float(found_near.cosines[-1]) if full else float("-inf"))
         if held is not None and not (neighbour_weight or context_keywords):  # no term read: the held rows say all
-            docs = {i: Doc._make(row) for i, row in held.rows(set(bm25) | near_ids).items()}
+            wanted = held.rows(set(bm25) | near_ids)
+            live = sql.indexed(sorted(wanted))  # but a memory forgotten since they were caught up is gone
+            docs = {i: Doc._make(row) for i, row in wanted.items() if i in live}
         else:
             docs = _docs(source, set(bm25) | near_ids, read.setdefault("docs", {}))
         in_groups = {s for group, _ in lexical._groups(scope) for s in (group if group is not None else entry.counts)}
