@@ -137,3 +137,22 @@ def test_a_word_no_memory_holds_any_more_leaves_the_vocabulary_at_the_next_merge
     index.merge()
     assert "zanzibar" not in index.vocab and "zanzibar" not in index._terms
     _same(_got(index, IDF, None), _expected({1: _doc(1, random.Random(5))}, IDF, None, weight=2, avgdl=7.0))
+
+
+def test_the_scope_statistics_held_are_the_index_rows_own_and_follow_every_change():
+    from cairn_cli.core.ranking.fallback import _scope_rows
+
+    rnd = random.Random(6)
+    docs = {i: _doc(i, rnd, meta=i % 7 == 0) for i in range(1, 120)}
+    index = KeywordIndex(None)
+    index.apply(list(docs), list(docs.values()), bulk=True)
+    index.settle()
+
+    def same():
+        assert sorted(index.scope_stats()) == sorted(_scope_rows(docs.values()))
+
+    same()
+    docs[5] = _doc(5, rnd, scope="elsewhere")
+    docs.pop(6)
+    index.apply([5, 6], [docs[5]])
+    same()

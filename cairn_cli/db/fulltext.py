@@ -193,6 +193,11 @@ def indexed(ids: Sequence[int]) -> set[int]:
     return {r[0] for r in _by_ids("SELECT memory_id FROM fulltext_docs WHERE memory_id IN ({})", ids)}
 
 
+def indexed_count() -> int:
+    """How many memories have an index row."""
+    return int(_sql("SELECT count(*) FROM fulltext_docs")[0][0])
+
+
 def docs_after(after_id: int, limit: int) -> list[Doc]:
     """The index rows of the `limit` memories after `after_id`, by id (every row, page by page)."""
     return _docs(

@@ -61,7 +61,11 @@ class CandidateEntry:
     def __init__(
         self, settings: Settings, notes: list[str], vectors, lock, calibration=None, kinds_cache=None, keywords=None
     ):
-        self.lexical = lexical.IndexedEntry(settings, notes)
+        from cairn_cli.db import fulltext as sql
+
+        # a team store's statistics from the postings held (PostgreSQL would scan its index for them every time)
+        held_stats = keywords.scope_stats() if keywords is not None and sql.is_postgres() else None
+        self.lexical = lexical.IndexedEntry(settings, notes, held_stats)
         self.vectors = vectors
         self.keywords = keywords  # the postings held in memory (core/store/keyword_index.py), or None: SQLite's
         self.lock = lock

@@ -574,8 +574,14 @@ def _checked(entry, held: _Vectors):
     """`entry` reading the held postings only when they hold no memory the full-text index no longer has (one was
     forgotten, on a team store by another instance): else they are let go, built again at the next catch-up, and
     this ranking reads the store's own index."""
+    from cairn_cli.db import fulltext as sql
+
     keywords = entry.keywords
-    if keywords is not None and len(keywords) > sum(r.n + r.n_meta for r in entry.lexical.scope_rows):
+    if keywords is None:
+        return entry
+    # on PostgreSQL the statistics are the postings' own (candidates.py): the index's rows are counted instead
+    live = sql.indexed_count() if sql.is_postgres() else sum(r.n + r.n_meta for r in entry.lexical.scope_rows)
+    if len(keywords) > live:
         held.keywords = entry.keywords = None
         held.version, held.keywords_outdated = None, True
     return entry

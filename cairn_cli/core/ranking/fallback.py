@@ -67,7 +67,7 @@ class IndexedEntry:
     """What `rank()` reads of the fallback's store: the table, the known scopes, the in-scope and prefilter counts.
     `notes` receives what the ranking's provenance must say (an index that could not be brought up to date)."""
 
-    def __init__(self, settings: Settings, notes: list[str]):
+    def __init__(self, settings: Settings, notes: list[str], scope_rows: list[ScopeStats] | None = None):
         from cairn_cli.db import fulltext as sql
 
         self.prefilter = bool(settings.RELEVANCE_PREFILTER_ENABLED)
@@ -78,7 +78,10 @@ class IndexedEntry:
             if failed:
                 self.rows = [Doc._make(r) for r in search_index.rows_of(sql.all_memory_rows())]
                 notes.append(f"full-text index behind and not writable ({failed}): every memory scored in memory")
-        self.scope_rows = sql.scope_stats() if self.rows is None else _scope_rows(self.rows)
+        if self.rows is not None:
+            self.scope_rows = _scope_rows(self.rows)
+        else:  # `scope_rows`: held by the caller (a big store's postings in memory), else the index's
+            self.scope_rows = scope_rows if scope_rows is not None else sql.scope_stats()
         self.counts = {row.scope: (row.n, row.n_meta) for row in self.scope_rows}  # scope -> (ranked, bucket 4)
         self.scopes = sorted({s for s, (n, n_meta) in self.counts.items() if n + n_meta} | {GLOBAL_SCOPE})
         self.table = IndexedTable(self)

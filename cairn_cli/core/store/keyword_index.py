@@ -64,6 +64,7 @@ class KeywordIndex:
         self.since: str | None = None  # the newest updated_at applied (text, as the store gives it back)
         self.max_id = 0
         self._count = 0  # memories indexed
+        self._stats: list | None = None  # scope_stats, until the next change
         self._unsaved = 0
         self._saving = threading.Lock()
         self.opened_at = time.time()
@@ -132,6 +133,7 @@ class KeywordIndex:
         `settle`. Returns whether enough changed since the last save to save now."""
         rows = {doc[0]: doc for doc in docs}
         changed = list(changed)
+        self._stats = None
         chunk: tuple[list, list, list, list] = ([], [], [], [])
         for memory_id in changed:
             self._forget(memory_id)
@@ -289,6 +291,32 @@ class KeywordIndex:
                     "",
                 )
         return out
+
+    def scope_stats(self) -> list:
+        """db/fulltext.py's scope_stats over the memories held (what a team store's PostgreSQL would compute with a
+        scan of its index at every ranking), kept until the next change."""
+        from cairn_cli.db.fulltext import ScopeStats
+
+        if self._stats is None:
+            codes = self._scope_of
+            held = codes >= 0
+            meta = self._meta & held
+            plain = held & ~self._meta
+            width = len(self._scope_names)
+
+            def per_scope(mask: np.ndarray, values: np.ndarray | None = None) -> list[int]:
+                weights = None if values is None else values[mask].astype(np.float64)
+                return [int(x) for x in np.bincount(codes[mask], weights=weights, minlength=width)]
+
+            n, n_meta = per_scope(plain), per_scope(meta)
+            clen, klen = per_scope(plain, self._content_len), per_scope(plain, self._keyword_len)
+            clen_meta, klen_meta = per_scope(meta, self._content_len), per_scope(meta, self._keyword_len)
+            self._stats = [
+                ScopeStats(None, scope, n[c], n_meta[c], clen[c], klen[c], clen_meta[c], klen_meta[c])
+                for c, scope in enumerate(self._scope_names)
+                if n[c] + n_meta[c]
+            ]
+        return self._stats
 
     def scope_mask(self, scopes: Sequence[str] | None) -> np.ndarray:
         """Per scope code: is it one of `scopes` (None: every scope)."""
