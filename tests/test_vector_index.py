@@ -69,6 +69,15 @@ WORDS = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def _every_round(monkeypatch):
+    """Every deeper read the bound asks for, however loaded the machine (candidates.DEEPER_BEFORE_MS is a latency
+    guard: these tests hold the candidates to the whole table's answer)."""
+    from cairn_cli.core.ranking import candidates
+
+    monkeypatch.setattr(candidates, "DEEPER_BEFORE_MS", float("inf"))
+
+
 def unit(rng, n: int, dim: int = 16) -> np.ndarray:
     v = rng.standard_normal((n, dim)).astype(np.float32)
     return v / np.linalg.norm(v, axis=1, keepdims=True)
@@ -473,3 +482,35 @@ def test_a_memory_forgotten_after_the_postings_were_caught_up_is_never_ranked(cl
     got = _ids(big, "deploy cache", "web", k=3)
     assert held.keywords is keywords and keywords._scope_of[top] >= 0  # the postings held still have it
     assert top not in [i for i, _ in got] and len(got) == 3
+
+
+@pytest.mark.parametrize("postings", ["held", "sqlite"])
+def test_past_the_time_a_deeper_read_of_the_nearest_may_begin_the_best_read_ranks_and_is_counted(
+    cli, tmp_path, monkeypatch, postings
+):
+    from cairn_cli.core.ranking import candidates
+
+    monkeypatch.setenv("CAIRN_RANK_PROFILE", "default")
+    monkeypatch.setattr(candidates, "VECTOR_DEPTH", 4)
+    monkeypatch.setattr(candidates, "DEEPER_BEFORE_MS", 0.0)
+    if postings == "sqlite":
+        monkeypatch.setattr(RankEngine, "_catch_up_keywords", lambda self, held, version, directory: None)
+    rounds = []
+    real = candidates.CandidateTable._score
+
+    def counted(self, *args, **kwargs):
+        rounds.append((kwargs["depth"], kwargs["wide"]))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(candidates.CandidateTable, "_score", counted)
+    prompts = _store(cli, tmp_path)
+    big = _big()
+    for prompt in prompts:
+        assert len(_ids(big, prompt, "web")) == 8
+    assert {w for _, w in rounds} == {16}  # the nearest never read deeper
+    counts = big.search_path(Settings())["rankings"]
+    assert counts["rankings"] == len(prompts)
+    if postings == "sqlite":  # nor anything else: one round each, those that wanted more counted
+        assert len(rounds) == len(prompts) and 0 < counts["short_of_the_bound"] <= len(prompts)
+    else:  # BM25's best alone read deeper as the bound asks (cheap: always begun)
+        assert len(rounds) > len(prompts)

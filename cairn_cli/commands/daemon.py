@@ -44,6 +44,12 @@ def _show(st, json: bool) -> None:
                     else ""
                 )
                 + (f"; the vector index above {search['above']:,} memories" if search.get("above") else "")
+                + (
+                    f"; {search['rankings'].get('short_of_the_bound', 0):,} of {search['rankings']['rankings']:,}"
+                    " rankings stopped reading deeper short of the bound"
+                    if search.get("rankings")
+                    else ""
+                )
                 + (f"; not pgvector: {search['pgvector']}" if search.get("pgvector") else "")
             )
         plan = st.health.get("rerank_plan")

@@ -23,6 +23,7 @@ of store is read from SAMPLE of the scope's memories spread over its ids, as the
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -41,6 +42,10 @@ from cairn_cli.db.fulltext import Doc
 
 PG_BM25_SCAN = 20_000  # on PostgreSQL, at most about this many term matches are scored inside it per query
 ROUNDS = 3  # reads of ever deeper candidates (4 times deeper each) while an unseen memory could still rank
+# a deeper read of the nearest (4 times as many) begins only while the ranking has taken less than this (bench/scale.md:
+# at 1M near-tied memories 800 nearest take ~35 ms, 3,200 ~100 ms); past it, the best of what was read ranks. A deeper
+# read of BM25's best alone (milliseconds) is always begun
+DEEPER_BEFORE_MS = 50.0
 DEEPEST = 64  # BM25's side read at most this many times deeper in one round (beyond: the nearest are read deeper)
 VECTOR_DEPTH = 200  # the nearest memories of the scope and global taken per query vector (at least twice the depth)
 
@@ -59,7 +64,15 @@ class CandidateEntry:
     vector index, and the lock a refresh of the vector index takes alone."""
 
     def __init__(
-        self, settings: Settings, notes: list[str], vectors, lock, calibration=None, kinds_cache=None, keywords=None
+        self,
+        settings: Settings,
+        notes: list[str],
+        vectors,
+        lock,
+        calibration=None,
+        kinds_cache=None,
+        keywords=None,
+        counters: dict | None = None,
     ):
         from cairn_cli.db import fulltext as sql
 
@@ -68,6 +81,7 @@ class CandidateEntry:
         self.lexical = lexical.IndexedEntry(settings, notes, held_stats)
         self.vectors = vectors
         self.keywords = keywords  # the postings held in memory (core/store/keyword_index.py), or None: SQLite's
+        self.counters = {} if counters is None else counters  # rankings, and those that stopped short of the bound
         self.lock = lock
         self.scopes = sorted(set(self.lexical.scopes) | set(vectors.scopes()))
         self.table = CandidateTable(self, calibration, {} if kinds_cache is None else kinds_cache)
@@ -201,6 +215,9 @@ class CandidateTable:
         depth = want if not neighbour_weight else min(in_scope, max(4 * want, want + 50))
         wide = max(VECTOR_DEPTH, 2 * depth)
         read: dict = {}  # the index rows read so far (a deeper round reads only the new ones), and every BM25
+        started = time.perf_counter()
+        counters = self.entry.counters
+        counters["rankings"] = counters.get("rankings", 0) + 1
         for _ in range(ROUNDS):
             out, unseen = self._score(query_text, similarities, depth=depth, wide=wide, read=read, **options)
             if unseen is None or len(out) < want or out[-1].score > unseen or depth >= in_scope:
@@ -208,6 +225,9 @@ class CandidateTable:
             keyword_depth = _keyword_depth(read, out[-1].score, weights.get("keywords", 0.0), depth)
             if keyword_depth is not None:  # BM25's side alone is short: exactly as deep as it must be, no nearer
                 depth = min(in_scope, keyword_depth)
+            elif (time.perf_counter() - started) * 1000 > DEEPER_BEFORE_MS:  # the answer of the candidates read
+                counters["short_of_the_bound"] = counters.get("short_of_the_bound", 0) + 1
+                break
             else:
                 depth, wide = min(in_scope, 4 * depth), 4 * wide
         return out

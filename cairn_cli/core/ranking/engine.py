@@ -218,7 +218,11 @@ class RankEngine:
         if self.indexed or self.encoder is None:
             return {"path": "full-text index (no embedder)"}
         held = self._vectors.get(_vectors_key(settings, self.embed_model))
-        postings = {} if held is None or held.keywords is None else {"postings_held": len(held.keywords)}
+        postings: dict[str, Any] = (
+            {} if held is None or held.keywords is None else {"postings_held": len(held.keywords)}
+        )
+        if held is not None and held.counters:
+            postings["rankings"] = dict(held.counters)
         if held is not None and held.pg is not None:
             return {"path": "pgvector HNSW in PostgreSQL + full-text index", "above": None, **postings}
         if held is not None and held.big and held.index is not None:
@@ -265,7 +269,9 @@ class RankEngine:
                     held.version = version
                 finally:
                     self._refreshing.release()
-            return _checked(CandidateEntry(settings, [], held.pg, held.lock, cal, held.kinds, held.keywords), held)
+            return _checked(
+                CandidateEntry(settings, [], held.pg, held.lock, cal, held.kinds, held.keywords, held.counters), held
+            )
         if held.size_version != version[1]:
             live = sum(r.n + r.n_meta for r in sql.scope_stats())
             threshold = self.vector_index_above or 0
@@ -286,7 +292,9 @@ class RankEngine:
                     self._catch_up(settings, held, version)
                 finally:
                     self._refreshing.release()
-        return _checked(CandidateEntry(settings, [], held.index, held.lock, cal, held.kinds, held.keywords), held)
+        return _checked(
+            CandidateEntry(settings, [], held.index, held.lock, cal, held.kinds, held.keywords, held.counters), held
+        )
 
     def _embed_missing(self, settings: Settings, batch: int = 256) -> None:
         """Embed (and store) the live memories without a vector of this embedder, `batch` at a time: only when it is
@@ -527,6 +535,7 @@ class _Vectors:
     version: tuple | None = None
     lock: SharedLock = field(default_factory=SharedLock)
     kinds: dict = field(default_factory=dict)
+    counters: dict = field(default_factory=dict)  # its rankings, and those stopped short of the bound (candidates.py)
     pg: Any = None  # the vectors searched in PostgreSQL (core/store/vector_index.py PgVectors), when pgvector is there
     pg_note: str = ""  # why not, or "pgvector"
 

@@ -276,21 +276,22 @@ class KeywordIndex:
     def rows(self, ids: Iterable[int]) -> dict[int, tuple]:
         """id -> (id, scope, meta, content length, keyword length, "", "") of those of `ids` indexed: their index rows
         without their terms and group (what a ranking that reads no neighbour needs of its candidates)."""
-        out = {}
-        n = len(self._scope_of)
-        for memory_id in ids:
-            code = int(self._scope_of[memory_id]) if 0 <= memory_id < n else -1
-            if code >= 0:
-                out[memory_id] = (
-                    memory_id,
-                    self._scope_names[code],
-                    int(self._meta[memory_id]),
-                    int(self._content_len[memory_id]),
-                    int(self._keyword_len[memory_id]),
-                    "",
-                    "",
-                )
-        return out
+        wanted = np.fromiter(ids, dtype=np.int64)
+        wanted = wanted[(wanted >= 0) & (wanted < len(self._scope_of))]
+        codes = self._scope_of[wanted]
+        keep = codes >= 0
+        wanted, codes = wanted[keep], codes[keep]
+        names = self._scope_names
+        return {
+            i: (i, names[c], m, cl, kl, "", "")
+            for i, c, m, cl, kl in zip(
+                wanted.tolist(),
+                codes.tolist(),
+                self._meta[wanted].astype(np.int64).tolist(),
+                self._content_len[wanted].tolist(),
+                self._keyword_len[wanted].tolist(),
+            )
+        }
 
     def scope_stats(self) -> list:
         """db/fulltext.py's scope_stats over the memories held (what a team store's PostgreSQL would compute with a

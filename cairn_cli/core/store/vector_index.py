@@ -207,16 +207,15 @@ class VectorIndex:
 
     def vectors(self, ids: list[int]) -> dict[int, np.ndarray]:
         """The stored vectors of those of `ids` that are indexed (for their exact cosines)."""
-        by_scope: dict[str, list[int]] = {}
-        for memory_id in ids:
-            scope = self.scope_of(memory_id)
-            if scope is not None:
-                by_scope.setdefault(scope, []).append(memory_id)
+        wanted = np.asarray(ids, dtype=np.int64)
+        inside = (wanted >= 0) & (wanted < len(self._scope_of))
+        wanted = wanted[inside]
+        codes = self._scope_of[wanted]
         out: dict[int, np.ndarray] = {}
-        for scope, wanted in by_scope.items():
-            got = self._graphs[scope].get(np.asarray(wanted, dtype=np.uint64), dtype=np.float32)
-            for memory_id, vec in zip(wanted, np.asarray(got).reshape(len(wanted), self.dim)):
-                out[memory_id] = vec
+        for code in np.unique(codes[codes >= 0]).tolist():
+            of_scope = wanted[codes == code]
+            got = self._graphs[self._scope_names[code]].get(of_scope.astype(np.uint64), dtype=np.float32)
+            out.update(zip(of_scope.tolist(), np.asarray(got).reshape(len(of_scope), self.dim)))
         return out
 
     # -- on disk ---------------------------------------------------------------------------------------------------
