@@ -207,6 +207,71 @@ def quality(home: Path, prompts: list[str], n_queries: int) -> dict:
     }
 
 
+PATHS = {  # name -> what the keyword side of a big store's ranking is
+    "sqlite": "MaxScore over SQLite's postings (no postings held)",
+    "held": "the postings held in memory, deeper reads of the nearest begun within DEEPER_BEFORE_MS",
+    "held_uncut": "the postings held, every deeper read the bound asks for (no time guard)",
+}
+
+
+def paths(home: Path, prompts: list[str], n_queries: int) -> dict:
+    """In process, one after another on the same store and questions: `CandidateTable.score`'s time and top 5 on each
+    keyword path (PATHS), and how often each gives the uncut path's top 5."""
+    os.environ["CAIRN_HOME"] = str(home)
+    from cairn_cli.config import Settings
+    from cairn_cli.core.ranking import candidates
+    from cairn_cli.core.ranking.context import window_of
+    from cairn_cli.core.ranking.engine import RankEngine
+    from cairn_cli.core.ranking.rank import RankQuery, rank
+    from cairn_cli.core.store import embedders, open_stores
+    from cairn_cli.db import close_all
+
+    close_all()
+    settings = Settings()
+    open_stores(settings)
+    encoder = embedders.live_encoder(settings)
+    real_score, real_keywords, guard = (
+        candidates.CandidateTable.score,
+        RankEngine._catch_up_keywords,
+        candidates.DEEPER_BEFORE_MS,
+    )
+    timed: list[float] = []
+
+    def score(self, *args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return real_score(self, *args, **kwargs)
+        finally:
+            timed.append((time.perf_counter() - t0) * 1000)
+
+    out: dict = {}
+    tops: dict[str, list] = {}
+    try:
+        candidates.CandidateTable.score = score
+        for name in PATHS:
+            RankEngine._catch_up_keywords = real_keywords
+            if name == "sqlite":
+                RankEngine._catch_up_keywords = lambda self, held, version, directory: None
+            candidates.DEEPER_BEFORE_MS = float("inf") if name == "held_uncut" else guard
+            engine = RankEngine(encoder)
+            engine.vector_index_above = 0
+            rank(RankQuery(window_of("a first question"), 5, SCOPE), settings, engine)  # opens the indexes
+            timed.clear()
+            tops[name] = [
+                [m.id for m in rank(RankQuery(window_of(q), 5, SCOPE), settings, engine).items]
+                for q in prompts[:n_queries]
+            ]
+            out[name] = {"what": PATHS[name], "score_ms": pct(list(timed))}
+    finally:
+        candidates.CandidateTable.score, RankEngine._catch_up_keywords = real_score, real_keywords
+        candidates.DEEPER_BEFORE_MS = guard
+        close_all()
+    for name in PATHS:
+        same = sum(a == b for a, b in zip(tops[name], tops["held_uncut"]))
+        out[name]["same_top5_as_uncut"] = f"{same}/{len(tops[name])}"
+    return out
+
+
 def index_recall(home: Path, vectors: Path, n_queries: int = 500) -> dict:
     """The daemon's saved vector index of `home` against the exact scan over the same vectors: recall@50 of a search
     for 50, and of the 50 nearest by exact cosine among the VECTOR_DEPTH the ranking fetches (what it scores)."""
@@ -252,7 +317,21 @@ def main() -> int:
     ap.add_argument("--out", default=str(ROOT / "bench" / "scale"))
     ap.add_argument("--keep", type=Path, default=None, help="build the stores here and keep them")
     ap.add_argument("--recall", action="store_true", help="only: the saved indexes' recall, added to --out's JSON")
+    ap.add_argument("--paths", type=int, default=0, help="only: in process, the keyword paths on N questions (--keep)")
     args = ap.parse_args()
+    if args.paths:
+        prompts = questions()
+        random.Random(30).shuffle(prompts)
+        got = {"machine": hot.machine(), "command": " ".join(sys.argv), "load_start": os.getloadavg(), "sizes": {}}
+        for n in [int(s) for s in args.sizes.split(",")]:
+            got["sizes"][str(n)] = paths(args.keep / f"s{n}", prompts, args.paths)
+            print(n, json.dumps(got["sizes"][str(n)]), file=sys.stderr)
+        got["load_end"] = os.getloadavg()
+        out = Path(args.out)
+        out.with_suffix(".json").write_text(json.dumps(got, indent=2) + "\n")
+        out.with_suffix(".md").write_text(paths_report(got))
+        print(paths_report(got))
+        return 0
     if args.recall:
         out = Path(args.out)
         results = json.loads(out.with_suffix(".json").read_text())
@@ -313,6 +392,28 @@ def main() -> int:
         out.with_suffix(".md").write_text(report(results))
     print(report(results))
     return 0
+
+
+def paths_report(got: dict) -> str:
+    lines = [
+        "# Big stores: the keyword side held in memory or read from SQLite, in process (#30)",
+        "",
+        f"- machine: {json.dumps(got['machine'])}",
+        f"- command: `{got['command']}`; load average at the start {[round(x, 2) for x in got['load_start']]}, at"
+        f" the end {[round(x, 2) for x in got['load_end']]}",
+        "- `CandidateTable.score` alone (the query embedded before), the same real questions on each path one after"
+        " another, k=5; stores as bench/scale.md",
+        "",
+        "| memories | keyword path | score p50 / p95 ms | the uncut path's top 5 |",
+        "|---:|---|---|---:|",
+    ]
+    for n, row in got["sizes"].items():
+        for r in row.values():
+            lines.append(
+                f"| {int(n):,} | {r['what']} | {r['score_ms']['p50_ms']} / {r['score_ms']['p95_ms']} | "
+                f"{r['same_top5_as_uncut']} |"
+            )
+    return "\n".join(lines) + "\n"
 
 
 def report(results: dict) -> str:
