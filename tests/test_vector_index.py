@@ -435,16 +435,16 @@ def test_a_row_read_again_unchanged_leaves_the_graph_alone():
     assert np.allclose(index.vectors([2])[2], v[2]) and index.nearest(v[0], 1, ["a"]).ids.tolist() == [1]
 
 
-@pytest.mark.parametrize("postings", ["held", "sqlite"])
-def test_too_few_candidates_are_read_deeper_until_no_unseen_memory_could_rank(cli, tmp_path, monkeypatch, postings):
+def _rounds_of_few_nearest(monkeypatch, postings: str) -> list[tuple[int, int]]:
+    """The default profile with far too few nearest for a top 8 (the bound asks for more), the postings held or not;
+    returns the (depth, wide) of every round read, as they are read."""
     from cairn_cli.core.ranking import candidates
 
     monkeypatch.setenv("CAIRN_RANK_PROFILE", "default")
-    monkeypatch.setenv("CAIRN_COMPOSITE_FLOOR", "off")
-    monkeypatch.setattr(candidates, "VECTOR_DEPTH", 4)  # far too few nearest for a top 8: the bound asks for more
+    monkeypatch.setattr(candidates, "VECTOR_DEPTH", 4)
     if postings == "sqlite":
         monkeypatch.setattr(RankEngine, "_catch_up_keywords", lambda self, held, version, directory: None)
-    rounds = []
+    rounds: list[tuple[int, int]] = []
     real = candidates.CandidateTable._score
 
     def counted(self, *args, **kwargs):
@@ -452,6 +452,14 @@ def test_too_few_candidates_are_read_deeper_until_no_unseen_memory_could_rank(cl
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(candidates.CandidateTable, "_score", counted)
+    return rounds
+
+
+@pytest.mark.parametrize("postings", ["held", "sqlite"])
+def test_too_few_candidates_are_read_deeper_until_no_unseen_memory_could_rank(cli, tmp_path, monkeypatch, postings):
+
+    monkeypatch.setenv("CAIRN_COMPOSITE_FLOOR", "off")
+    rounds = _rounds_of_few_nearest(monkeypatch, postings)
     prompts = _store(cli, tmp_path)
     whole, big = RankEngine(HashingEncoder()), _big()
     for prompt in prompts:
@@ -490,19 +498,8 @@ def test_past_the_time_a_deeper_read_of_the_nearest_may_begin_the_best_read_rank
 ):
     from cairn_cli.core.ranking import candidates
 
-    monkeypatch.setenv("CAIRN_RANK_PROFILE", "default")
-    monkeypatch.setattr(candidates, "VECTOR_DEPTH", 4)
     monkeypatch.setattr(candidates, "DEEPER_BEFORE_MS", 0.0)
-    if postings == "sqlite":
-        monkeypatch.setattr(RankEngine, "_catch_up_keywords", lambda self, held, version, directory: None)
-    rounds = []
-    real = candidates.CandidateTable._score
-
-    def counted(self, *args, **kwargs):
-        rounds.append((kwargs["depth"], kwargs["wide"]))
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(candidates.CandidateTable, "_score", counted)
+    rounds = _rounds_of_few_nearest(monkeypatch, postings)
     prompts = _store(cli, tmp_path)
     big = _big()
     for prompt in prompts:

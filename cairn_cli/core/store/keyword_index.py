@@ -388,14 +388,9 @@ class KeywordIndex:
 
     def stale(self) -> bool:
         """Were the store's saved indexes dropped since this one was opened or built (vector_index.drop_saved)?"""
-        from cairn_cli.core.store.vector_index import DROPPED
+        from cairn_cli.core.store.vector_index import dropped_since
 
-        if self.directory is None:
-            return False
-        try:
-            return (self.directory.parent / DROPPED).stat().st_mtime >= self.opened_at
-        except OSError:
-            return False
+        return dropped_since(self.directory, self.opened_at)
 
     def save(self) -> None:
         """Write the table and what it has applied (the arrays first, then the record naming them, each renamed

@@ -68,6 +68,16 @@ def drop_saved(home: str, store_url: str) -> None:
     mark.write_text(f"{time.time()}\n")
 
 
+def dropped_since(directory: Path | None, opened_at: float) -> bool:
+    """Were the saved indexes beside `directory` dropped (`drop_saved`) at or after `opened_at`?"""
+    if directory is None:
+        return False
+    try:
+        return (directory.parent / DROPPED).stat().st_mtime >= opened_at
+    except OSError:
+        return False
+
+
 @dataclass
 class Found:
     """A search's memories (ids) and their cosines to the query, nearest first."""
@@ -223,12 +233,7 @@ class VectorIndex:
     def stale(self) -> bool:
         """Were the store's saved indexes dropped since this one was opened or built (`drop_saved`)? Then what it
         holds may include the vectors a forget removed: it is built again from the store, never saved."""
-        if self.directory is None:
-            return False
-        try:
-            return (self.directory.parent / DROPPED).stat().st_mtime >= self.opened_at
-        except OSError:
-            return False
+        return dropped_since(self.directory, self.opened_at)
 
     def save(self) -> None:
         """Write the graphs and what they have applied (graphs first, then the record naming them, each renamed into
