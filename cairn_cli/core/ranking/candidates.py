@@ -2,18 +2,20 @@
 
 Above CAIRN_VECTOR_INDEX_ABOVE live memories (or on a team store with pgvector) the daemon keeps no scoring table of
 the whole store. A ranking takes its candidates from two indexes, the scope and global read together: the store's
-full-text index (BM25's best by MaxScore, core/ranking/fallback.py) and the vector index (the nearest memories by
-cosine, core/store/vector_index.py, or pgvector's); then it scores every candidate, and the neighbours that may
-lend them their score, exactly as ScoringTable.score does: the cosine of the memory's own stored vector, BM25 with
-the store's statistics, the scope, confidence, recency, the neighbour's share, the coverage factor. What can differ
-from the whole table is only who is a candidate, and it reads deeper (ROUNDS) while a memory neither index returned
-could still outrank the last one chosen: its cosine is at most the last nearest one's, its BM25 at most the last of
-BM25's best (Fagin's threshold). What is left is the vector index's own approximation (bench/scale.md: the whole
-table's top 10 for 199 of 200 real questions at 100k).
+full-text index (BM25's best from the postings the daemon holds, core/store/keyword_index.py, else by MaxScore,
+core/ranking/fallback.py) and the vector index (the nearest memories by cosine, core/store/vector_index.py, or
+pgvector's); then it scores every candidate, and the neighbours that may lend them their score, exactly as
+ScoringTable.score does: the cosine of the memory's own stored vector, BM25 with the store's statistics, the scope,
+confidence, recency, the neighbour's share, the coverage factor. What can differ from the whole table is only who is
+a candidate, and it reads deeper (ROUNDS) while a memory neither index returned could still outrank the last one
+chosen: its cosine is at most the last nearest one's, its BM25 at most the last of BM25's best (Fagin's threshold).
+With the postings held every BM25 is known: BM25's side is read exactly as deep as the bound asks, and only a short
+nearest side is read 4 times deeper (begun within DEEPER_BEFORE_MS of the ranking). What is left is the vector
+index's own approximation (bench/scale.md: the whole table's top 10 for 199 of 200 real questions at 100k).
 
-On PostgreSQL (a team store) BM25's best are computed inside the server over the GIN index's matches of the
-query's terms; when those matches are more than PG_BM25_SCAN, over the rarest terms' alone (every candidate is then
-scored with all of them, and no bound is known: no deeper read).
+Without the postings held on PostgreSQL (a team store) BM25's best are computed inside the server over the GIN
+index's matches of the query's terms; when those matches are more than PG_BM25_SCAN, over the rarest terms' alone
+(every candidate is then scored with all of them, and no bound is known: no deeper read).
 
 One part is read differently: the dialog profile's joined keywords (a memory's field with its previous neighbour's)
 are max-normalised over the candidates, not the scope (the same order on LoCoMo; components within 0.01). The kind

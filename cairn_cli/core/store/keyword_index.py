@@ -3,11 +3,11 @@ for a query's terms in a few vectorised passes, instead of MaxScore over SQLite'
 
 At 1M memories SQLite's postings made the keyword side of a ranking the slow part (bench/scale_avx2_sqlite_postings.md:
 393 ms p50 inside the daemon, most of it reading postings and completing memories from their rows; bench/paths.md
-compares both paths on one machine). Here the postings of the
-store's full-text index (the rows core/store/search_index.py writes: a memory's terms with their counts in its
-content and its keywords) are held as one compressed-row table per term: memory ids (int32) and the two counts
-(uint16), and per memory its scope, its two lengths and whether it is a bucket-4 memory. A query reads each of its
-terms' postings once: BM25 is exact for every memory, at any keyword weight.
+compares both paths on one machine). Here the postings of the store's full-text index (the rows
+core/store/search_index.py writes: a memory's terms with their counts in its content and its keywords) are held as
+one compressed-row table per term: memory ids (int32) and the two counts (uint16), and per memory its scope, its two
+lengths and whether it is a bucket-4 memory. A query reads each of its terms' postings once: BM25 is exact for every
+memory, at any keyword weight.
 
 Kept up to date as the vector index is: the engine (core/ranking/engine.py) hands `apply` the index rows of the
 memories changed since the last catch-up (a superseded one's row is gone: it leaves). A changed memory's old postings
