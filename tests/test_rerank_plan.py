@@ -222,6 +222,21 @@ def test_repeated_windows_cost_nothing_the_second_time(student):
 
 
 @pytest.mark.slow
+def test_the_plan_holds_its_precision_alone_and_fp32_comes_back_from_disk(student):
+    """A daemon keeps only the planned precision (fp32's ~90 MB let go); asked for fp32 again, the reranker reads
+    the weights from disk and scores exactly as before."""
+    r = _reranker(student, dtype="fp32")
+    texts = ["start postgres with make db-up", "prices are in cents"]
+    before = r.logits("the tests fail", texts, precision="fp32", max_length=64, cache=False)
+    r.keep_only("int8")
+    assert list(r._variants) == ["int8"]
+    assert len(r.logits("the tests fail", texts, precision="int8", max_length=64, cache=False)) == 2
+    assert r.logits("the tests fail", texts, precision="fp32", max_length=64, cache=False) == before
+    with pytest.raises(Exception, match="unknown reranker precision"):
+        r.variant("fp16")
+
+
+@pytest.mark.slow
 def test_prompts_scored_in_one_pass_score_as_they_do_alone(student):
     """The daemon scores the pairs of concurrent prompts in one forward pass (logits_many): each prompt's logits are
     what it gets alone (padding to the batch's widest pair changes nothing under the attention mask)."""

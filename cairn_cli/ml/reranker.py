@@ -153,14 +153,13 @@ class CrossEncoderReranker:
         hf_logging.set_verbosity_error()
         device = resolution.device if resolution.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
         self.tokenizer = AutoTokenizer.from_pretrained(str(resolution.path), local_files_only=True)
-        model = AutoModelForSequenceClassification.from_pretrained(str(resolution.path), local_files_only=True)
-        model.to(device).eval()
+        self._auto_model = AutoModelForSequenceClassification
+        self.device = device
+        self.path = resolution.path
         apply_torch_threads()
         self._torch = torch
-        self._variants: dict[str, Any] = {"fp32": model}
-        self.device = device
+        self._variants: dict[str, Any] = {"fp32": self._load_fp32()}
         self.name, self.floor, self.role = resolution.name, resolution.floor, resolution.role
-        self.path = resolution.path
         self.activation = resolution.activation
         self.batch_size = batch_size
         self.max_length = max_length
@@ -182,13 +181,24 @@ class CrossEncoderReranker:
             out.append("int8")
         return out
 
+    def _load_fp32(self):
+        """The model as trained, read from its weights on disk."""
+        model = self._auto_model.from_pretrained(str(self.path), local_files_only=True)
+        return model.to(self.device).eval()
+
     def variant(self, precision: str):
-        """The model in `precision`, made once from the fp32 weights."""
+        """The model in `precision`, made once from the fp32 weights (read again from disk if they were let go)."""
+        if precision not in PRECISIONS:
+            from cairn_cli.errors import ConfigError
+
+            raise ConfigError(f"unknown reranker precision {precision!r}", f"use one of {', '.join(PRECISIONS)}")
         if precision not in self._variants:
             import copy
 
-            fp32 = self._variants["fp32"]
-            if precision == "bf16":
+            fp32 = self._variants["fp32"] if "fp32" in self._variants else self._load_fp32()
+            if precision == "fp32":
+                self._variants["fp32"] = fp32
+            elif precision == "bf16":
                 self._variants["bf16"] = copy.deepcopy(fp32).to(self._torch.bfloat16).eval()
             elif precision == "int8":
                 import warnings
@@ -198,16 +208,14 @@ class CrossEncoderReranker:
                     self._variants["int8"] = self._torch.ao.quantization.quantize_dynamic(
                         copy.deepcopy(fp32), {self._torch.nn.Linear}, dtype=self._torch.qint8
                     ).eval()
-            else:
-                from cairn_cli.errors import ConfigError
-
-                raise ConfigError(f"unknown reranker precision {precision!r}", f"use one of {', '.join(PRECISIONS)}")
         return self._variants[precision]
 
     def keep_only(self, precision: str) -> None:
-        """Free the variants the plan does not use (fp32 stays: the others are made from it)."""
+        """Free the variants the plan does not use, fp32 included (~90 MB for a MiniLM-L6): a precision asked for
+        later is made again from the weights on disk."""
+        self.variant(precision)
         for name in list(self._variants):
-            if name not in ("fp32", precision):
+            if name != precision:
                 del self._variants[name]
 
     # -- scoring --------------------------------------------------------------------------------------------
