@@ -193,8 +193,12 @@ def _big() -> RankEngine:
 
 
 @pytest.mark.parametrize("postings", ["held", "sqlite"])
-@pytest.mark.parametrize("profile", ["default", "auto"])
+@pytest.mark.parametrize("profile", ["default", "auto", "default+recency"])
 def test_the_candidates_rank_as_the_whole_table(cli, tmp_path, monkeypatch, profile, postings):
+    if profile.endswith("+recency"):  # confidence and recency weighing: every candidate's row is read
+        profile = profile.split("+")[0]
+        monkeypatch.setenv("CAIRN_SCORE_W_RECENCY", "0.05")
+        monkeypatch.setenv("CAIRN_SCORE_W_CONFIDENCE", "0.05")
     monkeypatch.setenv("CAIRN_RANK_PROFILE", profile)
     monkeypatch.setenv("CAIRN_COMPOSITE_FLOOR", "off")
     if postings == "sqlite":  # the postings not held in memory: MaxScore over SQLite's (fallback.py)
@@ -471,11 +475,13 @@ def test_too_few_candidates_are_read_deeper_until_no_unseen_memory_could_rank(cl
         assert max(d for d, _ in rounds) > 8 and any(d not in (8, 32, 128) for d, _ in rounds)
 
 
-def test_a_memory_forgotten_after_the_postings_were_caught_up_is_never_ranked(cli, tmp_path, monkeypatch):
+@pytest.mark.parametrize("recency", ["0", "0.05"])
+def test_a_memory_forgotten_after_the_postings_were_caught_up_is_never_ranked(cli, tmp_path, monkeypatch, recency):
     from cairn_cli.db import fulltext as sql
     from cairn_cli.db.tables import Memory
 
     monkeypatch.setenv("CAIRN_RANK_PROFILE", "default")
+    monkeypatch.setenv("CAIRN_SCORE_W_RECENCY", recency)  # weighing: every candidate's row read, else the chosen's
     _store(cli, tmp_path, n=60)
     big = _big()
     top = _ids(big, "deploy cache", "web", k=3)[0][0]

@@ -188,11 +188,6 @@ def docs(ids: Sequence[int]) -> list[Doc]:
     return list(map(Doc._make, _by_ids(f"SELECT {_DOC_COLUMNS} FROM fulltext_docs WHERE memory_id IN ({{}})", ids)))
 
 
-def indexed(ids: Sequence[int]) -> set[int]:
-    """Those of `ids` that have an index row (a memory forgotten meanwhile has none)."""
-    return {r[0] for r in _by_ids("SELECT memory_id FROM fulltext_docs WHERE memory_id IN ({})", ids)}
-
-
 def indexed_count() -> int:
     """How many memories have an index row."""
     return int(_sql("SELECT count(*) FROM fulltext_docs")[0][0])

@@ -332,9 +332,9 @@ class CandidateTable:
                     full = len(found_near.ids) >= wide
                     cos_floor.append(float(found_near.cosines[-1]) if full else float("-inf"))
         if held is not None and not (neighbour_weight or context_keywords):  # no term read: the held rows say all
-            wanted = held.rows(set(bm25) | near_ids)
-            live = sql.indexed(sorted(wanted))  # but a memory forgotten since they were caught up is gone
-            docs = {i: Doc._make(row) for i, row in wanted.items() if i in live}
+            # (a memory forgotten since they were caught up has no row in `memories`: it is dropped below, where
+            # the chosen's rows are read)
+            docs = {i: Doc._make(row) for i, row in held.rows(set(bm25) | near_ids).items()}
         else:
             docs = _docs(source, set(bm25) | near_ids, read.setdefault("docs", {}))
         in_groups = {s for group, _ in lexical._groups(scope) for s in (group if group is not None else entry.counts)}
@@ -391,9 +391,12 @@ class CandidateTable:
             "similarity": np.where(has_vec, np.clip(sims, 0, None), 0.0),
             "keywords": raw_bm25 / best,
             "scope": scope_bonus,
-            "confidence": np.asarray([rows[i].confidence if rows else 0.0 for i in ids], dtype=np.float64),
-            "recency": _recency([rows[i].updated_at for i in ids], now_ts, half_life_days) if rows else np.zeros(n),
+            "confidence": np.asarray([rows[i].confidence if i in rows else 0.0 for i in ids], dtype=np.float64),
+            "recency": np.zeros(n),
         }
+        if per_memory:
+            at = [slot[i] for i in rows]
+            columns["recency"][at] = _recency([rows[i].updated_at for i in rows], now_ts, half_life_days)
         total = np.zeros(n, dtype=np.float64)
         scope_part = np.zeros(n, dtype=np.float64)
         for name, weight in weights.items():
@@ -437,14 +440,24 @@ class CandidateTable:
             rest = sum(weights.get(name, 0.0) for name in ("scope", "confidence", "recency")) + context_keywords
             unseen = vector_part + weights.get("keywords", 0.0) * bm25_floor / best + rest
             read["bound"] = (vector_part + rest, best)
-        order = np.lexsort((-np.asarray(ids), -total))[:want]
-        if not per_memory:
-            rows = _memories([ids[k] for k in order.tolist()], has_vec, slot)
-            for k in order.tolist():  # their confidence and recency, logged though they weigh nothing
-                columns["confidence"][k] = rows[ids[k]].confidence
-                columns["recency"][k] = _recency([rows[ids[k]].updated_at], now_ts, half_life_days)[0]
+        by_total = np.lexsort((-np.asarray(ids), -total)).tolist()
+        # the best `want` with a row in `memories`: a memory forgotten since the indexes were caught up has none and
+        # is never a candidate (with confidence or recency weighing, every row was read above; else the chosen's
+        # rows are read now, a few more if some are gone)
+        order: list[int] = [k for k in by_total if ids[k] in rows][:want] if per_memory else []
+        start = 0
+        while not per_memory and len(order) < want and start < n:
+            chunk = by_total[start : start + want - len(order)]
+            start += len(chunk)
+            got = _memories([ids[k] for k in chunk], has_vec, slot)
+            rows.update(got)
+            for k in chunk:  # their confidence and recency, logged though they weigh nothing
+                if ids[k] in got:
+                    order.append(k)
+                    columns["confidence"][k] = got[ids[k]].confidence
+                    columns["recency"][k] = _recency([got[ids[k]].updated_at], now_ts, half_life_days)[0]
         out = []
-        for k in order.tolist():
+        for k in order:
             i = ids[k]
             c = {name: round(float(columns[name][k]), 6) for name in weights}
             c["keywords_bm25"] = round(float(raw_bm25[k]), 6)
