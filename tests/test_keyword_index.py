@@ -13,7 +13,8 @@ from cairn_cli.core.store.keyword_index import KeywordIndex
 from cairn_cli.core.store.search_index import index_row
 from cairn_cli.db.fulltext import Doc
 
-WORDS = ("deploy cache index query server client socket timeout retry config module error garden sister lake").split()
+_VOCABULARY = "deploy cache index query server client socket timeout retry config module error garden sister lake"
+WORDS = _VOCABULARY.split()
 
 
 def _doc(memory_id: int, rnd: random.Random, scope: str | None = None, meta: bool = False) -> Doc:
