@@ -449,13 +449,13 @@ class CandidateTable:
         while not per_memory and len(order) < want and start < n:
             chunk = by_total[start : start + want - len(order)]
             start += len(chunk)
-            got = _memories([ids[k] for k in chunk], has_vec, slot)
-            rows.update(got)
+            read_rows = _memories([ids[k] for k in chunk], has_vec, slot)
+            rows.update(read_rows)
             for k in chunk:  # their confidence and recency, logged though they weigh nothing
-                if ids[k] in got:
+                if ids[k] in read_rows:
                     order.append(k)
-                    columns["confidence"][k] = got[ids[k]].confidence
-                    columns["recency"][k] = _recency([got[ids[k]].updated_at], now_ts, half_life_days)[0]
+                    columns["confidence"][k] = read_rows[ids[k]].confidence
+                    columns["recency"][k] = _recency([read_rows[ids[k]].updated_at], now_ts, half_life_days)[0]
         out = []
         for k in order:
             i = ids[k]
