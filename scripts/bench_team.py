@@ -53,6 +53,9 @@ def writer(env: dict, stop: threading.Event, done: list[float]) -> None:
         i += 1
 
 
+SWEEP = (100, 200, 400, 800)  # the search beams measured beside the shipped one (the same queries, the same index)
+
+
 def recall(url_env: dict, vectors: Path, n_queries: int) -> dict:
     """recall@50 of pgvector's HNSW (nearest, as shipped) against the exact order, over real questions."""
     os.environ.update({k: v for k, v in url_env.items() if k.startswith("CAIRN_") or k == "HF_HUB_OFFLINE"})
@@ -65,20 +68,30 @@ def recall(url_env: dict, vectors: Path, n_queries: int) -> dict:
     close_all()
     open_stores(Settings())
     queries = np.load(vectors / "queries.npy")[:n_queries]
-    hits, ms = [], []
+    beams = sorted({pgv.EF_SEARCH, *SWEEP})
+    hits: dict[int, list[float]] = {b: [] for b in beams}
+    ms: dict[int, list[float]] = {b: [] for b in beams}
     for q in queries:
-        t0 = time.perf_counter()
-        found = [i for i, _ in pgv.nearest(q, 50, model=BUNDLED_EMBEDDER, scopes=None)]
-        ms.append((time.perf_counter() - t0) * 1000)
-        exact = _exact(q, BUNDLED_EMBEDDER)  # the index off: the order by the distance itself
-        hits.append(len(set(found) & set(exact)) / 50)
+        exact = set(_exact(q, BUNDLED_EMBEDDER))  # the index off: the order by the distance itself
+        for beam in beams:
+            t0 = time.perf_counter()
+            found = [i for i, _ in pgv.nearest(q, 50, model=BUNDLED_EMBEDDER, scopes=None, ef_search=beam)]
+            ms[beam].append((time.perf_counter() - t0) * 1000)
+            hits[beam].append(len(set(found) & exact) / 50)
     close_all()
+
+    def row(beam: int) -> dict:
+        return {
+            "recall@50": round(statistics.fmean(hits[beam]), 4),
+            "p50_ms": round(statistics.median(ms[beam]), 2),
+            "p95_ms": round(sorted(ms[beam])[int(0.95 * (len(ms[beam]) - 1))], 2),
+        }
+
     return {
         "queries": len(queries),
-        "recall@50": round(statistics.fmean(hits), 4),
         "ef_search": pgv.EF_SEARCH,
-        "p50_ms": round(statistics.median(ms), 2),
-        "p95_ms": round(sorted(ms)[int(0.95 * (len(ms) - 1))], 2),
+        **row(pgv.EF_SEARCH),
+        "by_ef_search": {str(b): row(b) for b in beams},
     }
 
 
@@ -209,6 +222,13 @@ def report(r: dict) -> str:
             f"| daemon start s | {r['daemon_start_s']} |",
             f"| HNSW recall@50 vs exact (ef_search {rc['ef_search']}, {rc['queries']} real questions) | "
             f"{rc['recall@50']}; p50 {rc['p50_ms']} ms, p95 {rc['p95_ms']} ms |",
+            "",
+            "| ef_search | recall@50 | p50 ms | p95 ms |",
+            "|---:|---:|---:|---:|",
+            *(
+                f"| {b} | {v['recall@50']} | {v['p50_ms']} | {v['p95_ms']} |"
+                for b, v in (rc.get("by_ef_search") or {}).items()
+            ),
             "",
         ]
     )
