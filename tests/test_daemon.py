@@ -21,7 +21,8 @@ import pytest
 from tests.conftest import EXAMPLES, ROOT
 
 CAIRN = [sys.executable, "-m", "cairn_cli"]
-HEAVY = ("torch", "sentence_transformers", "transformers", "rich", "tqdm", "typer", "numpy", "peewee")
+# what the hot path never imports (`socket` too: the client speaks through `_socket`, daemon/client.py)
+HEAVY = ("torch", "sentence_transformers", "transformers", "rich", "tqdm", "typer", "numpy", "peewee", "socket")
 
 
 def _env(home, **extra):

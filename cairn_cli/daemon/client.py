@@ -1,13 +1,14 @@
 """The hook's side of the daemon: one request per connection, a JSON line out and one back under one deadline, to
 a socket we own with mode 0600 (anything else is refused). Stdlib only (no torch, numpy, peewee, rich, typer — and
-no orjson, whose import pulls in dataclasses, uuid and zoneinfo: 14 ms here against 1.4 ms for json). Why the daemon
+no orjson, whose import pulls in dataclasses, uuid and zoneinfo: 14 ms here against 1.4 ms for json), and the
+socket is `_socket`'s: the `socket` module wraps it in enums and imports selectors, ~2.5 ms of the hook's start. Why the daemon
 did not answer (NotRunning, Loading, Busy, Slow, NoAnswer) decides what dispatch.py may do next (docs/hot-path.md)."""
 
 from __future__ import annotations
 
+import _socket
 import json
 import os
-import socket
 import stat
 import time
 
@@ -91,7 +92,7 @@ def request(op: str, payload: dict | None = None, *, timeout_ms: int, base=None)
     deadline = now + timeout_ms / 1000.0
     # the daemon waits for its turn until then, and answers "busy" instead of letting us time out
     answer_by = time.time() + max(0.05, timeout_ms / 1000.0 - min(DEADLINE_MARGIN_S, timeout_ms / 4000.0))
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         sock.settimeout(max(0.001, deadline - time.monotonic()))
         try:
