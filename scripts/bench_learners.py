@@ -146,7 +146,6 @@ def train_embedder(rows: list, form: str, frozen: int) -> tuple[object, dict]:
     """The bundled bi-encoder fine-tuned on the label pairs: for each (query, better, worse), InfoNCE over the
     better against the pair's worse and every other text of the batch, at EMBED_TEMPERATURE, each pair's loss times
     its weight. Returns an encoder of the same name (the store's vectors must be re-embedded with it) and its cost."""
-    import copy
     import resource
 
     import torch
@@ -158,7 +157,7 @@ def train_embedder(rows: list, form: str, frozen: int) -> tuple[object, dict]:
 
     s, opts = Settings(), TrainOptions()
     base = get_encoder(s.EMBED_MODEL, s.EMBED_DTYPE)
-    model = copy.deepcopy(base.model)
+    model = base.trainable()
     bert = model[0].auto_model
     if frozen:
         for prm in bert.embeddings.parameters():

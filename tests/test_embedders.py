@@ -329,7 +329,7 @@ def test_a_real_learned_embedder_deploys_re_embeds_and_shows_in_the_provenance(r
     base = get_encoder("all-MiniLM-L6-v2")
     name = embedders.learned_name("all-MiniLM-L6-v2", "20261206T070000123456Z-4242")
     directory = embedder_versions_dir() / str(embedders.version_of(name))
-    base.model.save(str(directory))  # type: ignore[attr-defined]
+    base.trainable().save(str(directory))  # type: ignore[attr-defined]  # the fp32 weights, as training saves them
     pairs = base.encode(TEXTS)
     cos = (pairs[:-1] * pairs[1:]).sum(axis=1)
     (directory / "calibration.json").write_text(Calibration.fit(cos, cos, cos, cos).to_json())

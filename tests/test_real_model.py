@@ -54,3 +54,49 @@ def test_rank_with_a_real_transcript(cli):
     data = orjson.loads(cli("rank", "any idea?", "--scope", "spotter", "--transcript", path, "--json").stdout)
     assert "mix phx.server doesnt seem to start" in data["context_window"]
     assert data["memories"][0]["content"].startswith("Phoenix needs")
+
+
+def test_a_bf16_encoder_holds_bf16_weights_and_gives_autocasts_vectors_bit_for_bit():
+    """Under bf16 the linear layers are held in bf16 (ml/models.py `lean`): the same vectors as bf16 autocast over
+    the fp32 weights, for the few texts of a prompt (the direct forward) and for a batch (sentence-transformers'
+    encode); training gets the fp32 weights back from disk."""
+    import numpy as np
+    import torch
+
+    from cairn_cli.ml.models import get_encoder
+
+    lean = get_encoder("all-MiniLM-L6-v2", "bf16")
+    assert lean.lean and lean.bf16
+    linear = [m.weight.dtype for m in lean.model.modules() if isinstance(m, torch.nn.Linear)]
+    assert linear and set(linear) == {torch.bfloat16}
+    fp32 = lean.trainable()
+    assert {p.dtype for p in fp32.parameters()} == {torch.float32}
+    texts = ["how should prices be stored for the checkout?", "the integration tests fail with connection refused"]
+    batch = texts * 6  # past the direct forward's few texts: sentence-transformers' batched encode
+
+    def autocast(items):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return fp32.encode(items, batch_size=64, convert_to_numpy=True, normalize_embeddings=True)
+
+    for one in texts:
+        assert np.array_equal(lean.encode([one]), autocast([one]))
+    assert np.array_equal(lean.encode(batch), autocast(batch))
+    plain = get_encoder("all-MiniLM-L6-v2", "fp32")
+    assert not plain.lean and not plain.bf16
+    assert float((plain.encode(texts[:1]) * lean.encode(texts[:1])).sum()) > 0.999
+
+
+def test_the_direct_forward_of_a_few_texts_is_sentence_transformers_encode():
+    """A prompt's few texts skip encode()'s per-call work (ml/models.py `_forward`): the same vectors."""
+    import numpy as np
+
+    from cairn_cli.ml.models import DIRECT_TEXTS, get_encoder
+
+    encoder = get_encoder("all-MiniLM-L6-v2", "fp32")
+    texts = ["how should prices be stored for the checkout?", "ship the fix to production today, carefully"]
+    assert len(texts) <= DIRECT_TEXTS
+    direct = encoder.encode(texts)
+    full = encoder.model.encode(texts, batch_size=64, convert_to_numpy=True, normalize_embeddings=True)
+    assert direct.dtype == np.float32 and direct.shape == (2, encoder.dim)
+    np.testing.assert_allclose(direct, full, atol=1e-6)
+    np.testing.assert_allclose(np.linalg.norm(direct, axis=1), 1.0, atol=1e-6)

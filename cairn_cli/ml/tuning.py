@@ -4,7 +4,6 @@ docs/learning.md."""
 
 from __future__ import annotations
 
-import copy
 import random
 import time
 from collections.abc import Callable
@@ -49,7 +48,7 @@ def tune_encoder(
         raise ValueError(f"{len(weights)} weights for {len(triples)} triples")
     torch.manual_seed(opts.seed)
     rng = random.Random(opts.seed)
-    model = copy.deepcopy(base.model)
+    model = base.trainable()
     bert = model[0].auto_model
     frozen = [*bert.embeddings.parameters()] if opts.frozen_layers else []
     for layer in bert.encoder.layer[: opts.frozen_layers]:
