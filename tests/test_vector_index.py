@@ -508,12 +508,19 @@ def test_past_the_time_a_deeper_read_of_the_nearest_may_begin_the_best_read_rank
     rounds = _rounds_of_few_nearest(monkeypatch, postings)
     prompts = _store(cli, tmp_path)
     big = _big()
+    tagged = 0  # rankings whose memories' provenance says they stopped short of the bound
     for prompt in prompts:
-        assert len(_ids(big, prompt, "web")) == 8
+        items = rank(RankQuery(window_of(prompt), 8, "web"), Settings(), big).items
+        assert len(items) == 8
+        marks = [m.components.get("short_of_the_bound") for m in items]
+        assert marks == [marks[0]] * 8  # the whole ranking, or none of it
+        if marks[0] is not None:
+            assert marks[0]["nearest"] == 16 and marks[0]["after_ms"] >= 0.0
+            tagged += 1
     assert {w for _, w in rounds} == {16}  # the nearest never read deeper
     counts = big.search_path(Settings())["rankings"]
-    assert counts["rankings"] == len(prompts)
+    assert counts["rankings"] == len(prompts) and counts.get("short_of_the_bound", 0) == tagged
     if postings == "sqlite":  # nor anything else: one round each, those that wanted more counted
-        assert len(rounds) == len(prompts) and 0 < counts["short_of_the_bound"] <= len(prompts)
+        assert len(rounds) == len(prompts) and 0 < tagged <= len(prompts)
     else:  # BM25's best alone read deeper as the bound asks (cheap: always begun)
         assert len(rounds) > len(prompts)

@@ -10,7 +10,8 @@ confidence, recency, the neighbour's share, the coverage factor. What can differ
 a candidate, and it reads deeper (ROUNDS) while a memory neither index returned could still outrank the last one
 chosen: its cosine is at most the last nearest one's, its BM25 at most the last of BM25's best (Fagin's threshold).
 With the postings held every BM25 is known: BM25's side is read exactly as deep as the bound asks, and only a short
-nearest side is read 4 times deeper (begun within DEEPER_BEFORE_MS of the ranking). What is left is the vector
+nearest side is read 4 times deeper (begun within DEEPER_BEFORE_MS of the ranking; a ranking stopped there says so
+in its memories' components, `short_of_the_bound`, which the delivery log keeps). What is left is the vector
 index's own approximation (bench/scale.md: the whole table's top 10 for 199 of 200 real questions at 100k).
 
 Without the postings held on PostgreSQL (a team store) BM25's best are computed inside the server over the GIN
@@ -229,6 +230,9 @@ class CandidateTable:
                 depth = min(in_scope, keyword_depth)
             elif (time.perf_counter() - started) * 1000 > DEEPER_BEFORE_MS:  # the answer of the candidates read
                 counters["short_of_the_bound"] = counters.get("short_of_the_bound", 0) + 1
+                took = round((time.perf_counter() - started) * 1000, 1)
+                for scored in out:  # each delivery's provenance says its ranking stopped short of the bound
+                    scored.components["short_of_the_bound"] = {"after_ms": took, "candidates": depth, "nearest": wide}
                 break
             else:
                 depth, wide = min(in_scope, 4 * depth), 4 * wide
