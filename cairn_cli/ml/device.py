@@ -112,3 +112,43 @@ def release_freed_memory() -> bool:
         return bool(libc.malloc_trim(0))
     except (OSError, AttributeError):
         return False
+
+
+MADV_DONTNEED = 4  # Linux
+
+
+def drop_clean_mapping(address: int) -> int:
+    """Drop this process's resident pages of the private file mapping that holds `address` (a model's weights read
+    from a memory-mapped safetensors file), when this process wrote none of its pages: such a page comes back from
+    the file, as it was, the next time it is read. The bf16 encoder (ml/models.py) converts its
+    linear layers out of the mapping, which the embeddings keep alive: the fp32 pages the conversion read stay
+    resident (~42 MB for a MiniLM-L6) until dropped. Returns the kB dropped; 0 when nothing was (another system,
+    an anonymous or written mapping)."""
+    import ctypes
+    import ctypes.util
+    import re
+
+    try:
+        with open("/proc/self/smaps", encoding="utf-8", errors="replace") as fh:
+            blocks = re.split(r"\n(?=[0-9a-f]+-[0-9a-f]+ )", fh.read())
+    except OSError:
+        return 0
+    for block in blocks:
+        head = block.split("\n", 1)[0].split()
+        start, end = (int(x, 16) for x in head[0].split("-"))
+        if not start <= address < end:
+            continue
+        fields = dict(re.findall(r"^(\w+):\s+(\d+) kB", block, re.M))
+        private_file = len(head) >= 6 and head[5].startswith("/") and head[1].endswith("p")
+        # a page this process wrote is its own copy (Anonymous); Private_Dirty also counts a page the file's writer
+        # has not flushed yet, which is the file's and comes back as it is
+        if not private_file or int(fields.get("Anonymous", 1)):
+            return 0
+        try:
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+            libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+            failed = libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), MADV_DONTNEED)
+        except (OSError, AttributeError):
+            return 0
+        return 0 if failed else int(fields.get("Rss", 0))
+    return 0

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from cairn_cli.errors import ConfigError, MissingDependency, NotFound
-from cairn_cli.ml.device import apply_torch_threads, bf16_supported, offline
+from cairn_cli.ml.device import apply_torch_threads, bf16_supported, drop_clean_mapping, offline
 
 BUNDLED_EMBEDDER = "all-MiniLM-L6-v2"
 HASHING_EMBEDDER = "hashing"
@@ -39,7 +39,8 @@ class SentenceEncoder:
     fp32 vector 0.99997, similarity ranking Spearman 0.999 (measured; see bench/hot_path.md). Under bf16 the linear
     layers' weights are held in bf16 (`lean`): autocast would cast them to bf16 at every call, so the vectors are
     the same bit for bit, and a call reads half the bytes (a prompt's embedding is bound by reading the weights) and
-    the process holds ~21 MB less for a MiniLM-L6. Training starts from `trainable()`, the fp32 weights.
+    the process holds less (the 100k daemon, composite only: 757 -> 738 MB). Training starts from `trainable()`,
+    the fp32 weights.
     """
 
     name: str
@@ -72,7 +73,8 @@ class SentenceEncoder:
         unsorting, the progress bar), ~1-2 ms of a prompt's embedding."""
         import torch
 
-        features = self.model.preprocess(texts)
+        prepare = getattr(self.model, "preprocess", None) or self.model.tokenize  # tokenize: before ST 6
+        features = prepare(texts)
         with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
             out = self.model(features)["sentence_embedding"]
         return torch.nn.functional.normalize(out.float(), p=2, dim=1).numpy()
@@ -92,12 +94,17 @@ class SentenceEncoder:
 
 
 def _lean(model: Any) -> bool:
-    """Hold `model`'s linear layers' weights in bf16 (what bf16 autocast computes them in); True when it did."""
+    """Hold `model`'s linear layers' weights in bf16 (what bf16 autocast computes them in); True when it did. The
+    fp32 weights were read from the memory-mapped file, which the other parameters keep mapped: the pages the
+    conversion read are dropped (ml/device.py drop_clean_mapping), else the process would hold both."""
     import torch
 
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     for layer in linears:
         layer.to(torch.bfloat16)
+    kept = next((p for p in model.parameters() if p.dtype == torch.float32), None)
+    if kept is not None:
+        drop_clean_mapping(kept.untyped_storage().data_ptr())
     return bool(linears)
 
 
