@@ -16,11 +16,12 @@ from typing import Any, Protocol
 import numpy as np
 
 from cairn_cli.errors import ConfigError, MissingDependency, NotFound
-from cairn_cli.ml.device import apply_torch_threads, bf16_supported, drop_clean_mapping, offline
+from cairn_cli.ml.device import apply_torch_threads, bf16_supported, drop_clean_mapping, offline, one_thread_if
 
 BUNDLED_EMBEDDER = "all-MiniLM-L6-v2"
 HASHING_EMBEDDER = "hashing"
 DIRECT_TEXTS = 8  # an encode of at most this many texts runs as one batch through the modules (SentenceEncoder)
+ONE_THREAD_TOKENS = 128  # a direct forward of at most this many tokens (padded) runs on one thread (device.py)
 
 
 class Encoder(Protocol):
@@ -75,8 +76,11 @@ class SentenceEncoder:
 
         prepare = getattr(self.model, "preprocess", None) or self.model.tokenize  # tokenize: before ST 6
         features = prepare(texts)
-        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
-            out = self.model(features)["sentence_embedding"]
+        ids = features.get("input_ids")
+        small = ids is not None and int(ids.numel()) <= ONE_THREAD_TOKENS
+        with one_thread_if(small), torch.inference_mode():
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
+                out = self.model(features)["sentence_embedding"]
         return torch.nn.functional.normalize(out.float(), p=2, dim=1).numpy()
 
     def trainable(self) -> Any:
