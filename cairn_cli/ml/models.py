@@ -78,9 +78,9 @@ class SentenceEncoder:
         features = prepare(texts)
         ids = features.get("input_ids")
         small = ids is not None and int(ids.numel()) <= ONE_THREAD_TOKENS
-        with one_thread_if(small), torch.inference_mode():
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
-                out = self.model(features)["sentence_embedding"]
+        bf16 = torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16)
+        with one_thread_if(small), torch.inference_mode(), bf16:
+            out = self.model(features)["sentence_embedding"]
         return torch.nn.functional.normalize(out.float(), p=2, dim=1).numpy()
 
     def trainable(self) -> Any:
