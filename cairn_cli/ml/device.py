@@ -166,11 +166,12 @@ def one_thread_if(small: bool) -> Iterator[None]:
     import sys
 
     torch = sys.modules.get("torch")
-    before = torch.get_num_threads() if torch is not None and small else 1
-    if before > 1:
-        torch.set_num_threads(1)
+    if torch is None or not small or torch.get_num_threads() <= 1:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
     try:
         yield
     finally:
-        if before > 1:
-            torch.set_num_threads(before)
+        torch.set_num_threads(before)
