@@ -1,5 +1,6 @@
-"""ml/device.py: what this machine's memory hands back. `drop_clean_mapping` drops the resident pages of a private
-file mapping never written (they come back from the file as they were), and refuses a written one."""
+"""ml/device.py: `drop_clean_mapping` drops the resident pages of a private file mapping this process never wrote
+(they come back from the file as they were) and refuses a written one; `one_thread_if` narrows torch to one thread
+for a small call and gives the count back."""
 
 import ctypes
 import mmap
@@ -10,7 +11,7 @@ import pytest
 
 from cairn_cli.ml.device import drop_clean_mapping
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps (Linux)")
+LINUX = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps (Linux)")
 
 PAGES = 64
 
@@ -45,6 +46,7 @@ def mapped(tmp_path):
     view.close()
 
 
+@LINUX
 def test_a_clean_private_file_mapping_is_dropped_and_reads_back_the_same(mapped):
     view, address = mapped
     before = _resident_kb(address)
@@ -54,6 +56,7 @@ def test_a_clean_private_file_mapping_is_dropped_and_reads_back_the_same(mapped)
     assert view[: 256 * 4] == bytes(range(256)) * 4 and view[-1] == 255
 
 
+@LINUX
 def test_a_written_mapping_or_an_address_outside_any_file_mapping_is_refused(mapped):
     view, address = mapped
     view[0] = 7  # written: its page is the process's own now, dropping it would lose the write
@@ -62,3 +65,23 @@ def test_a_written_mapping_or_an_address_outside_any_file_mapping_is_refused(map
     assert view[0] == 7 and _resident_kb(address) == before
     heap = ctypes.create_string_buffer(1 << 20)  # anonymous memory: never dropped
     assert drop_clean_mapping(ctypes.addressof(heap)) == 0
+
+
+def test_a_small_call_runs_on_one_torch_thread_and_the_count_comes_back():
+    import torch
+
+    from cairn_cli.ml.device import one_thread_if
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with one_thread_if(True):
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+        with one_thread_if(False):
+            assert torch.get_num_threads() == 2
+        with pytest.raises(RuntimeError), one_thread_if(True):
+            raise RuntimeError("a failed call")
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
