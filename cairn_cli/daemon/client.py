@@ -1,8 +1,9 @@
 """The hook's side of the daemon: one request per connection, a JSON line out and one back under one deadline, to
 a socket we own with mode 0600 (anything else is refused). Stdlib only (no torch, numpy, peewee, rich, typer — and
 no orjson, whose import pulls in dataclasses, uuid and zoneinfo: 14 ms here against 1.4 ms for json), and the
-socket is `_socket`'s: the `socket` module wraps it in enums and imports selectors, ~2.5 ms of the hook's start. Why the daemon
-did not answer (NotRunning, Loading, Busy, Slow, NoAnswer) decides what dispatch.py may do next (docs/hot-path.md)."""
+socket is `_socket`'s: the `socket` module wraps it in enums and imports selectors, ~2.5 ms of the hook's start.
+Why the daemon did not answer (NotRunning, Loading, Busy, Slow, NoAnswer) decides what dispatch.py may do next
+(docs/hot-path.md)."""
 
 from __future__ import annotations
 

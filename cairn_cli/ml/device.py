@@ -122,9 +122,9 @@ MADV_DONTNEED = 4  # Linux
 def drop_clean_mapping(address: int) -> int:
     """Drop this process's resident pages of the private file mapping that holds `address` (a model's weights read
     from a memory-mapped safetensors file), when this process wrote none of its pages: such a page comes back from
-    the file, as it was, the next time it is read. The bf16 encoder (ml/models.py) converts its
-    linear layers out of the mapping, which the embeddings keep alive: the fp32 pages the conversion read stay
-    resident (~42 MB for a MiniLM-L6) until dropped. Returns the kB dropped; 0 when nothing was (another system,
+    the file, as it was, the next time it is read. The bf16 encoder (ml/models.py) converts its linear layers out of
+    the mapping, which the embeddings keep alive: the fp32 pages the conversion read stay resident (~42 MB for a
+    MiniLM-L6) until dropped. Returns the kB dropped; 0 when nothing was (another system,
     an anonymous or written mapping)."""
     import ctypes
     import ctypes.util
