@@ -102,17 +102,24 @@ def limit_blas_threads() -> None:
     _blas_limited = True
 
 
-def release_freed_memory() -> bool:
-    """Hand the heap's freed pages back to the system (glibc's malloc_trim): a model's discarded precisions and the
-    planning's activations are freed but stay resident until then. False where there is no glibc."""
+def _libc():
+    """The C library (glibc on Linux), or None where it cannot be loaded."""
     import ctypes
     import ctypes.util
 
-    name = ctypes.util.find_library("c")
     try:
-        libc = ctypes.CDLL(name or "libc.so.6")
-        return bool(libc.malloc_trim(0))
-    except (OSError, AttributeError):
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return None
+
+
+def release_freed_memory() -> bool:
+    """Hand the heap's freed pages back to the system (glibc's malloc_trim): a model's discarded precisions and the
+    planning's activations are freed but stay resident until then. False where there is no glibc."""
+    libc = _libc()
+    try:
+        return bool(libc is not None and libc.malloc_trim(0))
+    except AttributeError:
         return False
 
 
@@ -124,10 +131,9 @@ def drop_clean_mapping(address: int) -> int:
     from a memory-mapped safetensors file), when this process wrote none of its pages: such a page comes back from
     the file, as it was, the next time it is read. The bf16 encoder (ml/models.py) converts its linear layers out of
     the mapping, which the embeddings keep alive: the fp32 pages the conversion read stay resident (~42 MB for a
-    MiniLM-L6) until dropped. Returns the kB dropped; 0 when nothing was (another system,
-    an anonymous or written mapping)."""
+    MiniLM-L6) until dropped. Returns the kB dropped; 0 when nothing was (another system, an anonymous or written
+    mapping)."""
     import ctypes
-    import ctypes.util
     import re
 
     try:
@@ -146,11 +152,10 @@ def drop_clean_mapping(address: int) -> int:
         # has not flushed yet, which is the file's and comes back as it is
         if not private_file or int(fields.get("Anonymous", 1)):
             return 0
+        libc = _libc()
         try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-            libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-            failed = libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), MADV_DONTNEED)
-        except (OSError, AttributeError):
+            failed = libc is None or libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), MADV_DONTNEED)
+        except AttributeError:
             return 0
         return 0 if failed else int(fields.get("Rss", 0))
     return 0

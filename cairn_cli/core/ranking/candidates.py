@@ -228,14 +228,15 @@ class CandidateTable:
             keyword_depth = _keyword_depth(read, out[-1].score, weights.get("keywords", 0.0), depth)
             if keyword_depth is not None:  # BM25's side alone is short: exactly as deep as it must be, no nearer
                 depth = min(in_scope, keyword_depth)
-            elif (time.perf_counter() - started) * 1000 > DEEPER_BEFORE_MS:  # the answer of the candidates read
+                continue
+            took = (time.perf_counter() - started) * 1000
+            if took > DEEPER_BEFORE_MS:  # the answer of the candidates read
                 counters["short_of_the_bound"] = counters.get("short_of_the_bound", 0) + 1
-                took = round((time.perf_counter() - started) * 1000, 1)
+                mark = {"after_ms": round(took, 1), "candidates": depth, "nearest": wide}
                 for scored in out:  # each delivery's provenance says its ranking stopped short of the bound
-                    scored.components["short_of_the_bound"] = {"after_ms": took, "candidates": depth, "nearest": wide}
+                    scored.components["short_of_the_bound"] = dict(mark)
                 break
-            else:
-                depth, wide = min(in_scope, 4 * depth), 4 * wide
+            depth, wide = min(in_scope, 4 * depth), 4 * wide
         return out
 
     def _score(
