@@ -1,16 +1,15 @@
 """Files cairn owns: a private home (0700) with private files in it (0600), atomic writes, advisory locks.
 
 Prompts, memories and transcripts' content live under CAIRN_HOME: nothing there is readable by another account.
-Stdlib only (the hooks use it).
+Stdlib only, and light: the prompt hook writes its log line through here (no contextlib, whose import pulls in
+collections and functools).
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import fcntl
 import os
-from collections.abc import Iterator
 
 PRIVATE_DIR = 0o700
 PRIVATE_FILE = 0o600
@@ -154,8 +153,7 @@ def _copy_then_truncate(path: str, to: str) -> None:
                 shutil.copyfileobj(src, dst)  # to the end as it is now: what arrived while copying included
             os.replace(tmp, to)
         except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
+            _unlink_if_there(tmp)
             raise
         os.ftruncate(fd, 0)
     finally:
@@ -184,31 +182,50 @@ def atomic_write(
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        _unlink_if_there(tmp)
         raise
 
 
-@contextlib.contextmanager
-def exclusive_lock(path: str | os.PathLike[str], *, make_dirs: bool = True) -> Iterator[bool]:
-    """Hold an exclusive flock on `path` (created 0600) for the block, without waiting: yields False (holding
-    nothing) when another process has it. The lock dies with its process, so a crash never leaves it stuck.
-    `make_dirs` False: a missing directory is FileNotFoundError, never created."""
-    if make_dirs:
-        private_file(path)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, PRIVATE_FILE)
+def _unlink_if_there(path: str) -> None:
     try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+class _ExclusiveLock:
+    __slots__ = ("fd", "held", "make_dirs", "path")
+
+    def __init__(self, path: str, make_dirs: bool):
+        self.path, self.make_dirs, self.fd, self.held = path, make_dirs, -1, False
+
+    def __enter__(self) -> bool:
+        if self.make_dirs:
+            private_file(self.path)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, PRIVATE_FILE)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self.held = True
         except BlockingIOError:
-            yield False
-            return
+            self.held = False
+        except BaseException:
+            os.close(self.fd)
+            raise
+        return self.held
+
+    def __exit__(self, *exc: object) -> None:
         try:
-            yield True
+            if self.held:
+                fcntl.flock(self.fd, fcntl.LOCK_UN)
         finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
+            os.close(self.fd)
+
+
+def exclusive_lock(path: str | os.PathLike[str], *, make_dirs: bool = True) -> _ExclusiveLock:
+    """`with exclusive_lock(path) as held:` holds an exclusive flock on `path` (created 0600) for the block, without
+    waiting: `held` is False (holding nothing) when another process has it. The lock dies with its process, so a
+    crash never leaves it stuck. `make_dirs` False: a missing directory is FileNotFoundError, never created."""
+    return _ExclusiveLock(os.fspath(path), make_dirs)
 
 
 def pid_alive(pid: int) -> bool:

@@ -64,7 +64,7 @@ def run_prompt(raw: bytes | None = None) -> int:
             f"prompt session={payload.session_id} turn={result['turn']} delivered={len(result['memories'])} "
             f"ranker={result['ranker']} reranker={result['reranker_model']} "
             f"ms={(time.perf_counter() - t0) * 1000:.0f}" + (f" notes: {notes}" if notes else ""),
-            scrub=bool(notes),  # ids and counts only: nothing to redact, no module to import on the hot path
+            scrub=False,  # ids, counts and notes the ranking scrubbed (core/hooks/prompt.py): no re on the hot path
         )
         return 0
     except BaseException as exc:

@@ -36,9 +36,9 @@ def read_prompt(value: str | None) -> str:
 
 
 def emit_rank(result: dict, as_json: bool) -> None:
-    import json
-
     if as_json:
+        import json  # here: the text answer is the shell hook's hot path, and json imports re and enum
+
         sys.stdout.write(json.dumps({k: v for k, v in result.items() if k != "block"}, indent=2) + "\n")
     else:
         if result["block"]:

@@ -381,7 +381,7 @@ if os.environ.get("{NO_SCRUB}") == "1":
 
             def run_then_patch(module):
                 run(module)
-                module.scrub = module.strip_private = _same
+                module.scrub = _same
                 module._redact = lambda text: module.Redaction(text, {{}}, 0)
 
             spec.loader.exec_module = run_then_patch
@@ -659,8 +659,8 @@ def write_redaction(results: dict, out: Path, name: str) -> None:
             if results["pre_redacted"]
             else ""
         ),
-        f"- identity: a sitecustomize.py on PYTHONPATH that, with {NO_SCRUB}=1, replaces scrub, "
-        "strip_private and _redact (core/redact.py) by identity as the module loads, in the hook "
+        f"- identity: a sitecustomize.py on PYTHONPATH that, with {NO_SCRUB}=1, replaces scrub "
+        "and _redact (core/redact.py) by identity as the module loads, in the hook "
         "processes and in that arm's daemon; both arms have it on PYTHONPATH, only the identity arm sets the variable",
         f"- interleaved: {results['runs_per_arm']} runs per arm, run i of each back to back with the same prompt, "
         "the arm that goes first alternating; one bare `python -c pass` before each pair",

@@ -13,7 +13,7 @@ from tests.conftest import ROOT
 PKG = ROOT / "cairn_cli"
 # core's stages, lowest first: a stage imports only from the stages before it (and from itself)
 CORE_ORDER = [
-    {"ids", "text", "metrics", "transcript", "job_locks", "plotting", "prefilter", "redact"},
+    {"ids", "private", "text", "metrics", "transcript", "job_locks", "plotting", "prefilter", "redact"},
     {"store"},
     {"experiment"},
     {"labels"},
@@ -70,7 +70,9 @@ def test_the_daemon_client_is_stdlib_only():
         for m in _imports(PKG / "daemon" / "client.py")
         if m.startswith("cairn_cli.") or m.split(".")[0] in ("torch", "numpy", "peewee", "orjson", "rich", "typer")
     }
-    assert bad <= {"cairn_cli.config", "cairn_cli.config.home_dir"}, bad
+    assert bad <= {"cairn_cli.config", "cairn_cli.config.home_dir", "cairn_cli.wire"}, bad
+    # its JSON: C's scanner or, without it, the json package; nothing else (typing: only for mypy, TYPE_CHECKING)
+    assert {m.split(".")[0] for m in _imports(PKG / "wire.py")} <= {"__future__", "_json", "json", "typing"}
 
 
 def test_core_stages_import_one_way():
@@ -185,6 +187,7 @@ EDGES = (
     "cairn_cli.hotpath",
     "cairn_cli.entry",
     "cairn_cli.hook_entry",
+    "cairn_cli.launcher",
     "cairn_cli.api",
     "cairn_cli.mcp_server",
 )

@@ -179,3 +179,27 @@ def test_a_daemon_rotates_its_log_and_applies_retention_once(tmp_path):
         assert record.stat().st_mtime_ns == stamp
     finally:
         stop_serving(proc)
+
+
+def test_an_exclusive_lock_is_held_against_another_process_and_released_after_the_block(tmp_path):
+    path = tmp_path / "locks" / "job.lock"
+    probe = "import sys\nfrom cairn_cli import files\nwith files.exclusive_lock(sys.argv[1]) as held:\n    print(held)"
+
+    def other() -> str:
+        out = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True, cwd=ROOT)
+        return out.stdout.strip()
+
+    with files.exclusive_lock(path) as held:
+        assert (
+            held and oct(path.stat().st_mode & 0o777) == "0o600" and oct(path.parent.stat().st_mode & 0o777) == "0o700"
+        )
+        assert other() == "False"
+        with files.exclusive_lock(path) as again:  # a second descriptor in this process: flock says no too
+            assert again is False
+    assert other() == "True"
+    with pytest.raises(RuntimeError), files.exclusive_lock(path) as held:
+        assert held
+        raise RuntimeError("the block failed")
+    assert other() == "True"  # released on the way out of a failed block
+    with pytest.raises(FileNotFoundError), files.exclusive_lock(tmp_path / "nowhere" / "x.lock", make_dirs=False):
+        pass

@@ -74,8 +74,8 @@ def redact(
     Example: cairn redact --scan --dry-run · echo "token ghp_…" | cairn redact
     """
     if not scan:
+        from cairn_cli.core.private import strip_private
         from cairn_cli.core.redact import redact as redact_text
-        from cairn_cli.core.redact import strip_private
         from cairn_cli.errors import InvalidInput
         from cairn_cli.hotpath import read_text_arg
 

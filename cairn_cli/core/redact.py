@@ -15,6 +15,8 @@ import re
 from collections import Counter
 from collections.abc import Callable
 
+from cairn_cli.core.private import same_length_lower, strip_private
+
 
 class _Lazy:
     """A pattern compiled the first time it is used: the hook's process pays no compile for a text that never
@@ -327,37 +329,6 @@ def _is_value(key: str, value: str, bare: bool) -> bool:
     return not (key.lower().rsplit("_", 1)[-1] == "pwd" and value.startswith("/"))
 
 
-_ASCII_LOWER = {c: c + 32 for c in range(ord("A"), ord("Z") + 1)}
-
-
-def _lowered(text: str) -> str:
-    """`text` in lower case, position for position (str.lower() makes "İ" two characters: then ASCII only)."""
-    lowered = text.lower()
-    return lowered if len(lowered) == len(text) else text.translate(_ASCII_LOWER)
-
-
-def strip_private(text: str) -> str:
-    """`text` without its `<private>…</private>` spans, any case; an unclosed tag hides the rest (what is inside is
-    never ranked, sent to the daemon, stored or logged). No regular expression: the prompt hook's own process does
-    this and nothing else (the secrets are redacted where the window is built, in the warm daemon)."""
-    if "<" not in text:
-        return text
-    lowered = _lowered(text)
-    start = lowered.find("<private>")
-    if start < 0:
-        return text
-    out, pos = [], 0
-    while start >= 0:
-        out += [text[pos:start], " "]
-        end = lowered.find("</private>", start + len("<private>"))
-        if end < 0:
-            return "".join(out)
-        pos = end + len("</private>")
-        start = lowered.find("<private>", pos)
-    out.append(text[pos:])
-    return "".join(out)
-
-
 class Redaction:
     """What one pass found: the redacted text, the count per kind, and how many characters were secret."""
 
@@ -471,7 +442,7 @@ def _around(text: str, triggers: tuple[str, ...], scan: Callable[[str], str]) ->
     up to _AFTER characters on), not to the whole: a key that names a secret holds one of these words, so a long
     text with a few of them costs a few short scans. Overlapping parts are merged; a part starts where a word
     starts, so that a key is never read from its middle."""
-    lowered = _lowered(text)
+    lowered = same_length_lower(text)
     spans = []
     for word in triggers:
         at = lowered.find(word)

@@ -1,17 +1,19 @@
 """The hook's side of the daemon: one request per connection, a JSON line out and one back under one deadline, to
 a socket we own with mode 0600 (anything else is refused). Stdlib only (no torch, numpy, peewee, rich, typer — and
-no orjson, whose import pulls in dataclasses, uuid and zoneinfo: 14 ms here against 1.4 ms for json), and the
-socket is `_socket`'s: the `socket` module wraps it in enums and imports selectors, ~2.5 ms of the hook's start.
+no orjson, whose import pulls in dataclasses, uuid and zoneinfo; not even json, whose import pulls in re and enum:
+wire.py speaks it), and the socket is `_socket`'s: the `socket` module wraps it in enums and imports selectors,
+~2.5 ms of the hook's start.
 Why the daemon did not answer (NotRunning, Loading, Busy, Slow, NoAnswer) decides what dispatch.py may do next
 (docs/hot-path.md)."""
 
 from __future__ import annotations
 
 import _socket
-import json
 import os
 import stat
 import time
+
+from cairn_cli import wire
 
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 
@@ -103,7 +105,7 @@ def request(op: str, payload: dict | None = None, *, timeout_ms: int, base=None)
         except BlockingIOError:  # EAGAIN: the listen queue is full, the daemon is alive
             raise Busy("daemon busy (its listen queue is full)") from None
         message = {"op": op, **(payload or {}), "deadline": answer_by}
-        sock.sendall(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+        sock.sendall(wire.dumps(message).encode() + b"\n")
         chunks, size = [], 0
         while True:
             left = deadline - time.monotonic()
@@ -130,7 +132,7 @@ def request(op: str, payload: dict | None = None, *, timeout_ms: int, base=None)
     if not raw.endswith(b"\n"):
         raise Unavailable("daemon closed the connection mid-answer")
     try:
-        answer = json.loads(raw)
+        answer = wire.loads(raw)
     except ValueError:
         raise Unavailable("daemon sent an unreadable answer") from None
     if not answer.get("ok"):

@@ -6,7 +6,7 @@ Stdlib only: the prompt hook's hot path."""
 
 from __future__ import annotations
 
-import json
+from cairn_cli import wire
 
 CLAUDE, CODEX, GEMINI = "claude", "codex", "gemini"
 AGENTS = (CLAUDE, CODEX, GEMINI)
@@ -86,4 +86,4 @@ def prompt_output(agent: str, injection: str) -> str:
     if agent != GEMINI:
         return injection
     answer = {"hookSpecificOutput": {"hookEventName": EVENTS[(GEMINI, PROMPT)], "additionalContext": injection}}
-    return json.dumps(answer, ensure_ascii=False)
+    return wire.dumps(answer, ensure_ascii=False)

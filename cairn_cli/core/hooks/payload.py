@@ -6,16 +6,16 @@ core/hooks/stop.py."""
 
 from __future__ import annotations
 
-import json
 import os
-import re
 
+from cairn_cli import wire
 from cairn_cli.core.hooks.request import PromptRequest
 from cairn_cli.core.ids import GLOBAL_SCOPE, clean_text, session_key
+from cairn_cli.core.private import strip_private
 from cairn_cli.errors import InvalidInput
 
 PROMPT_EVENT, STOP_EVENT = "UserPromptSubmit", "Stop"
-_SCOPE_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
+_SCOPE_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
 
 
 class HookPayload:
@@ -69,7 +69,7 @@ def parse_payload(raw: bytes | str, event: str) -> HookPayload:
     if not text.strip():
         raise InvalidInput("the hook's stdin is empty", "the agent sends the hook payload as JSON on stdin")
     try:
-        data = json.loads(text)
+        data = wire.loads(text)
     except (ValueError, RecursionError) as exc:
         raise InvalidInput(
             f"the hook's stdin is not JSON ({str(exc)[:80]})", "the agent sends one JSON object"
@@ -94,9 +94,7 @@ def parse_payload(raw: bytes | str, event: str) -> HookPayload:
     payload.agent = agent
     # <private> spans never leave this process; the prompt's secrets are redacted where its window is built (the
     # warm daemon, or the fallback), before it is ranked or logged; a response is scrubbed whole (docs/privacy.md)
-    if payload.prompt is not None and "<" in payload.prompt:  # the module is imported only when it has work to do
-        from cairn_cli.core.redact import strip_private
-
+    if payload.prompt is not None:
         payload.prompt = strip_private(payload.prompt)
     if payload.last_assistant_message is not None:
         from cairn_cli.core.redact import scrub
@@ -113,8 +111,22 @@ def hook_scope(payload: HookPayload, scope_setting: str) -> str:
     """CAIRN_HOOK_SCOPE, else the name of the directory Claude Code runs in, else global."""
     if scope_setting:
         return scope_setting
-    name = _SCOPE_CHARS.sub("-", os.path.basename(os.path.normpath(payload.cwd or ""))).strip("-.")
+    name = _scope_name(os.path.basename(os.path.normpath(payload.cwd or ""))).strip("-.")
     return name[:200] or GLOBAL_SCOPE
+
+
+def _scope_name(text: str) -> str:
+    """`text` with every run of characters outside [A-Za-z0-9._-] made one "-" (no `re`: the hot path)."""
+    out: list[str] = []
+    in_run = False
+    for ch in text:
+        if ch in _SCOPE_CHARS:
+            out.append(ch)
+            in_run = False
+        elif not in_run:
+            out.append("-")
+            in_run = True
+    return "".join(out)
 
 
 def prompt_request(payload: HookPayload, scope_setting: str) -> PromptRequest:

@@ -20,6 +20,7 @@ from cairn_cli.core.ranking.context import ContextWindow, build_context_window
 from cairn_cli.core.ranking.engine import RankEngine
 from cairn_cli.core.ranking.injection import format_block
 from cairn_cli.core.ranking.rank import Clock, Ranking, RankQuery, rank
+from cairn_cli.core.redact import scrub
 from cairn_cli.core.store import deliveries
 from cairn_cli.errors import DeadlineExceeded, InvalidInput, NotFound
 
@@ -97,7 +98,7 @@ def prompt_turn(request: PromptRequest, settings: Settings, engine: RankEngine) 
             log_turn(request, result, ranking.scope or GLOBAL_SCOPE, settings)
         except db.errors() as exc:  # a read-only or broken delivery log: inject anyway, say what was not logged
             result.delivery_ids = []
-            result.notes.append(f"not logged (deliveries, hook state): {type(exc).__name__}: {exc}")
+            result.notes.append(scrub(f"not logged (deliveries, hook state): {type(exc).__name__}: {exc}"))
     clock.lap("log")
     result.timings_ms = clock.laps
     return result
@@ -179,7 +180,8 @@ def _render(
         **{
             **vars(ranking),
             "items": ranking.items[: block.count("<memory ")],
-            "notes": list(engine.notes) + context.notes + notes + ranking.notes,
+            # scrubbed here, once: a note can quote a scope, a path or an error, and the hook logs them unscanned
+            "notes": [scrub(n) for n in (*engine.notes, *context.notes, *notes, *ranking.notes)],
         },
         session_id=request.session_id,
         turn=turn,

@@ -5,7 +5,7 @@ dataclasses (their import costs 14 ms): this is the prompt hook's hot path."""
 from __future__ import annotations
 
 from cairn_cli.core.ids import clean_text, session_key
-from cairn_cli.core.redact import strip_private
+from cairn_cli.core.private import strip_private
 
 
 class PromptRequest:

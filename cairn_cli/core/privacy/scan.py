@@ -11,7 +11,8 @@ from pathlib import Path
 
 from cairn_cli.config import Settings
 from cairn_cli.core.privacy.stored import Rewrites, compact_stores, rewrite_files, rewrite_tables
-from cairn_cli.core.redact import redact, strip_private
+from cairn_cli.core.private import strip_private
+from cairn_cli.core.redact import redact
 
 
 @dataclass

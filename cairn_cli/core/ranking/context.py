@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cairn_cli.core.labels.cm import strip_block
-from cairn_cli.core.redact import scrub, strip_private
+from cairn_cli.core.private import strip_private
+from cairn_cli.core.redact import scrub
 from cairn_cli.core.text import context_key
 from cairn_cli.errors import InvalidInput, NotFound
 

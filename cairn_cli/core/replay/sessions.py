@@ -53,8 +53,8 @@ def load(path: Path) -> ReplaySession:
     """The session's main-agent turns (see docs/learning.md): `<private>` spans removed; secrets are redacted (and
     counted) by the Caller, as each prompt leaves (`--no-redact` sends them as they are)."""
     from cairn_cli.core.labels.cm import strip_block
+    from cairn_cli.core.private import strip_private
     from cairn_cli.core.ranking.context import clean
-    from cairn_cli.core.redact import strip_private
     from cairn_cli.core.transcript import read_transcript
 
     transcript = read_transcript(path, raw=True)
