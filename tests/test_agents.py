@@ -267,6 +267,19 @@ def test_doctor_names_hooks_whose_cairn_is_gone_and_a_store_they_cannot_open(cli
     assert result.exit_code != 0
 
 
+def test_doctor_names_a_launcher_script_that_is_gone_and_not_the_python_that_is_there(cli, tmp_path, monkeypatch):
+    project = tmp_path / "webshop"
+    project.mkdir()
+    monkeypatch.chdir(project)
+    gone = tmp_path / "old-venv" / "cairn_cli" / "launcher.py"
+    assert cli("hook", "install", "--command", f"{sys.executable} -S {gone}").exit_code == 0
+    assert cli("hook", "install", "--agent", "gemini").exit_code == 0  # the running cairn's launcher: there
+
+    result = cli("doctor", "--only", "hooks", "--json")
+    found = [f["message"] for f in json.loads(result.stdout)["findings"] if "which is not there" in f["message"]]
+    assert found == [f"claude: the project hooks run {gone}, which is not there (moved or uninstalled)"]
+
+
 SECRET = "ghp_" + "0123456789abcdefghij" + "ABCDEFGHIJ012345"  # a GitHub token's shape, made up
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -117,6 +119,9 @@ def test_stale_cairn_entry_is_replaced_in_place(stale):
         ("/opt/venv/bin/cairn hook prompt", True),
         ("cairn hook stop", True),
         ("/usr/bin/python3 -m cairn_cli hook prompt", True),
+        ("/opt/venv/bin/python -S /opt/venv/lib/site-packages/cairn_cli/launcher.py hook stop", True),
+        ("'/my venv/bin/python' -S '/my venv/cairn_cli/launcher.py' hook prompt", True),
+        ("python /src/other/launcher.py hook prompt", False),  # someone else's launcher
         ("env CAIRN_HOME=/x /opt/venv/bin/cairn hook prompt", True),  # wrapped: still ours, never a second pair
         ("sh -c 'cd /src && cairn hook stop'", True),
         ("/opt/venv/bin/cairn hook prompt 2>>/tmp/hook.err", True),
@@ -185,11 +190,12 @@ def test_render_and_diff():
     assert cs.diff(text, text, "s.json") == ""
 
 
-def test_default_command_is_an_absolute_cairn():
-    command = cs.default_command()
-    first = command.split()[0]
-    assert os.path.isabs(first.strip("'"))
-    assert Path(first.strip("'")).name == "cairn" or "-m cairn_cli" in command
+def test_default_command_is_this_python_without_site_on_the_launcher():
+    words = shlex.split(cs.default_command())
+    assert words == [os.path.abspath(sys.executable), "-S", str(cs.LAUNCHER)]
+    assert cs.LAUNCHER.is_file() and cs.LAUNCHER.parent.name == "cairn_cli"
+    hook = {"type": "command", "command": f"{cs.default_command()} hook prompt"}
+    assert cs.is_cairn_hook(hook) and cs.hook_programs(hook) == words[:1] + words[2:]
 
 
 # -- through the CLI -----------------------------------------------------------------------------------------

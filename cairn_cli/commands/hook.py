@@ -56,7 +56,11 @@ def install(
     dry_run: DryRun = False,
     command: Annotated[
         str | None,
-        typer.Option("--command", help="The cairn executable written into the hooks (default: the running cairn)."),
+        typer.Option(
+            "--command",
+            help="The cairn command written into the hooks, before `hook prompt|stop` (default: the running python "
+            "without site on cairn's launcher.py, the fastest start).",
+        ),
     ] = None,
     json: Json = False,
 ) -> None:

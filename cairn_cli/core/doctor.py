@@ -214,17 +214,17 @@ def _codex_hook_trust(cwd, env: dict, where: str) -> Finding:
 
 def _missing_programs(path) -> list[str]:
     """The programs cairn's hooks in the settings file `path` run that are not there (an absolute path that is no
-    executable file, a bare name not on PATH)."""
+    executable file, a script that is no file, a bare name not on PATH)."""
     import shutil
 
     from cairn_cli.core.hooks import agent_settings as cs
 
-    programs = {p for h in _cairn_hooks(path) if (p := cs.hook_executable(h))}
-    return sorted(
-        p
-        for p in programs
-        if not (os.path.isfile(p) and os.access(p, os.X_OK) if "/" in p else shutil.which(p) is not None)
-    )
+    def there(p: str) -> bool:
+        if "/" not in p:
+            return shutil.which(p) is not None
+        return os.path.isfile(p) and (p.endswith(".py") or os.access(p, os.X_OK))
+
+    return sorted({p for h in _cairn_hooks(path) for p in cs.hook_programs(h) if not there(p)})
 
 
 def _cairn_hooks(path) -> list[dict]:

@@ -12,13 +12,14 @@ import difflib
 import json
 import os
 import shlex
-import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from cairn_cli.errors import InvalidInput
 from cairn_cli.files import atomic_write
+
+LAUNCHER = Path(__file__).resolve().parents[2] / "launcher.py"  # cairn_cli/launcher.py: what the hooks run
 
 #: agent -> event -> (subcommand, timeout in the agent's unit: seconds, Gemini's milliseconds). No matcher.
 AGENT_HOOKS: dict[str, dict[str, tuple[str, int]]] = {
@@ -46,30 +47,33 @@ def hook_entries(command: str, agent: str = "claude") -> dict:
 
 
 def is_cairn_hook(hook: object) -> bool:
-    """A hook cairn installed: `... hook prompt|stop` run by a `cairn` executable or by `python -m cairn_cli`, also
-    wrapped (`env X=1 cairn hook prompt`, `sh -c 'cd … && cairn hook stop'`): a reinstall replaces it, never adds a
-    second pair."""
-    return hook_executable(hook) is not None
+    """A hook cairn installed: `... hook prompt|stop` run by a `cairn` executable, by `python -m cairn_cli` or by
+    `python -S …/cairn_cli/launcher.py`, also wrapped (`env X=1 cairn hook prompt`, `sh -c 'cd … && cairn hook
+    stop'`): a reinstall replaces it, never adds a second pair."""
+    return bool(hook_programs(hook))
 
 
-def hook_executable(hook: object) -> str | None:
-    """The program a cairn hook runs (the `cairn` executable, or the python of `python -m cairn_cli`) as written
-    in the settings; None for a hook that is not cairn's."""
+def hook_programs(hook: object) -> list[str]:
+    """What a cairn hook runs, as written in the settings: the `cairn` executable; the python of `python -m
+    cairn_cli`; the python and the script of `python -S …/cairn_cli/launcher.py`. Empty for a hook not cairn's."""
     if not isinstance(hook, dict) or not isinstance(cmd := hook.get("command"), str):
-        return None
+        return []
     try:
         words = shlex.split(cmd)
     except ValueError:
         words = cmd.split()
-    words = [w for part in words for w in part.split()]  # a wrapped command's words too (sh -c '…')
+    words = [w.strip("'\"(") for part in words for w in part.split()]  # a wrapped command's words too (sh -c '…')
     for i, word in enumerate(words[:-2]):
         if words[i + 1] == "hook" and words[i + 2].rstrip(";&|)'\"") in ("prompt", "stop"):
-            name = Path(word).name
-            if name == "cairn":
-                return word.lstrip("'\"(")
-            if name == "cairn_cli" and i > 0 and words[i - 1] == "-m":
-                return words[i - 2].lstrip("'\"(") if i > 1 else "python"
-    return None
+            path = Path(word)
+            if path.name == "cairn":
+                return [word]
+            if path.name == "cairn_cli" and i > 0 and words[i - 1] == "-m":
+                return [words[i - 2] if i > 1 else "python"]
+            if path.name == LAUNCHER.name and path.parent.name == "cairn_cli":
+                python = next((w for w in reversed(words[:i]) if not w.startswith("-")), "python")
+                return [python, word]
+    return []
 
 
 def _groups(hooks: dict, event: str) -> list:
@@ -224,10 +228,8 @@ def apply(plan: InstallPlan) -> None:
 
 
 def default_command() -> str:
-    """The running cairn: the `cairn` next to this interpreter, else `cairn` on PATH, else `python -m cairn_cli`."""
-    sibling = Path(sys.executable).parent / "cairn"
-    if sibling.is_file() and os.access(sibling, os.X_OK):
-        return shlex.quote(str(sibling.absolute()))
-    if found := shutil.which("cairn"):
-        return shlex.quote(os.path.abspath(found))
-    return f"{shlex.quote(sys.executable)} -m cairn_cli"
+    """The running cairn as the hooks run it: this interpreter without its `site` step (`-S`) on cairn_cli's
+    launcher.py, which finds cairn_cli by its own place and reads `site` only when something beyond the standard
+    library is imported (the fallback, a Typer command). ~15 ms of every prompt's start with an editable install,
+    site-packages' `.pth` files with any; the hook's behaviour is the same (docs/hot-path.md)."""
+    return f"{shlex.quote(os.path.abspath(sys.executable))} -S {shlex.quote(str(LAUNCHER))}"
