@@ -10,8 +10,10 @@ mixture's vector is w a + (1 - w) b normalised, its text the first part of a's w
 words and vectors agree roughly. 80% in one project scope, 20% global; twenty memories a session (neighbours).
 The prompts are LoCoMo's and TREC's real questions, embedded live by the daemon.
 
-Per size, side by side: bare `python -c pass`; `cairn rank` as a new process against the warm daemon, composite
-only (the reranker off), and its in-daemon stage times (`timings_ms`); the daemon's RSS composite only and with
+Per size, side by side: bare `python -c pass`; the prompt hook as `cairn hook install` writes it (`<python> -S
+…/cairn_cli/launcher.py hook prompt`, a UserPromptSubmit payload on stdin) and `cairn rank` (the console script), each
+a new process against the warm daemon, composite only (the reranker off), and the in-daemon stage times
+(`timings_ms`); the daemon's RSS composite only and with
 a student loaded (CAIRN_RERANKER_ENABLED on, the bundled MiniLM with a fresh head); the daemon's first start
 (builds the vector index above CAIRN_VECTOR_INDEX_ABOVE) and its restart (opens the saved one); the fallback with
 the daemon down; and, in process, the whole-store table against the big store's candidates (the same model, the
@@ -25,6 +27,7 @@ import datetime as dt
 import json
 import os
 import random
+import shlex
 import statistics
 import subprocess
 import sys
@@ -122,22 +125,51 @@ def rank_cmd(prompt: str, *, json_out: bool = False) -> list[str]:
     )
 
 
-def timed_ranks(env: dict, prompts: list[str], runs: int, beside: list[float]) -> tuple[list[float], dict]:
-    """Whole-process ms of `cairn rank` and the daemon's own stage times (timings_ms) per stage."""
+def hook_cmd() -> list[str]:
+    """The prompt hook exactly as `cairn hook install` writes it (core/hooks/agent_settings.default_command)."""
+    from cairn_cli.core.hooks.agent_settings import default_command
+
+    return [*shlex.split(default_command()), "hook", "prompt"]
+
+
+def hook_input(prompt: str) -> str:
+    """A UserPromptSubmit payload from a session in a folder named like the store's project scope."""
+    return json.dumps(
+        {"session_id": "bench-hook", "cwd": f"/work/{SCOPE}", "hook_event_name": "UserPromptSubmit", "prompt": prompt}
+    )
+
+
+def timed_ranks(
+    env: dict, prompts: list[str], runs: int, beside: list[float], hooks: list[float] | None = None
+) -> tuple[list[float], dict]:
+    """Whole-process ms of `cairn rank` and the daemon's own stage times (timings_ms) per stage; with `hooks`,
+    the installed prompt hook on the same prompt in each round too (which of the two goes first alternates)."""
     whole, stages = [], {}
     for i in range(runs):
         hot.bare_run(beside)
+        prompt = prompts[i % len(prompts)]
+        if hooks is not None and i % 2:
+            hooks.append(_timed_hook(env, prompt))
         t0 = time.perf_counter()
-        proc = subprocess.run(
-            rank_cmd(prompts[i % len(prompts)], json_out=True), env=env, capture_output=True, text=True
-        )
+        proc = subprocess.run(rank_cmd(prompt, json_out=True), env=env, capture_output=True, text=True)
         whole.append((time.perf_counter() - t0) * 1000)
         if proc.returncode != 0:
             raise SystemExit(f"cairn rank failed: {proc.stderr}")
+        if hooks is not None and not i % 2:
+            hooks.append(_timed_hook(env, prompt))
         res = json.loads(proc.stdout)
         for stage, ms in (res.get("timings_ms") or {}).items():
             stages.setdefault(stage, []).append(ms)
     return whole, stages
+
+
+def _timed_hook(env: dict, prompt: str) -> float:
+    t0 = time.perf_counter()
+    proc = subprocess.run(hook_cmd(), env=env, capture_output=True, text=True, input=hook_input(prompt))
+    took = (time.perf_counter() - t0) * 1000
+    if proc.returncode != 0 or "<cairn-memories" not in proc.stdout:
+        raise SystemExit(f"the prompt hook gave no memories: {proc.stdout[-300:]} {proc.stderr[-300:]}")
+    return took
 
 
 def against_bare(ms: list[float], bare: list[float]) -> dict:
@@ -364,8 +396,10 @@ def main() -> int:
         row["search"] = status.get("search")
         hot.timed(rank_cmd("{prompt}"), env, 3)
         beside: list[float] = []
-        whole, stages = timed_ranks(env, prompts, args.runs, beside)
+        hooks: list[float] = []
+        whole, stages = timed_ranks(env, prompts, args.runs, beside, hooks)
         row["daemon_composite"] = {**against_bare(whole, beside), "stages": {k: pct(v) for k, v in stages.items()}}
+        row["hook_composite"] = against_bare(hooks, beside)
         row["rss_composite_mb"] = hot.daemon(home, env, "status").get("rss_mb")
         hot.daemon(home, env, "stop")
         took, status = started(home, env)
@@ -432,7 +466,13 @@ def report(results: dict) -> str:
         "|---:|---|---:|---:|---|---:|---:|---:|",
     ]
     for n, row in results["sizes"].items():
-        for key, label in (("daemon_composite", "daemon, composite only"), ("fallback", "daemon down: fallback")):
+        for key, label in (
+            ("hook_composite", "the prompt hook as installed, daemon composite only"),
+            ("daemon_composite", "`cairn rank`, daemon composite only"),
+            ("fallback", "`cairn rank`, daemon down: fallback"),
+        ):
+            if key not in row:
+                continue
             r = row[key]
             lines.append(
                 f"| {int(n):,} | {label} | {r['p50_ms']} | {r['p95_ms']} | {r.get('bare_p50_ms')} / "
