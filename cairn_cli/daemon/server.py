@@ -453,15 +453,16 @@ class Daemon:
         )
 
     def settle(self) -> None:
-        """After a request's answer is written, off its client's clock: collect the cyclic garbage made since the
-        last settle, then, when no other request is in flight, freeze what survives out of the cyclic GC. Frozen,
-        the warm tables' ~460k objects (100k memories) are never rescanned by a collection that a request's
+        """After a request's answer is written, off its client's clock, when no other request is in flight:
+        collect the cyclic garbage made since the last settle, then freeze what survives out of the cyclic GC.
+        Frozen, the warm tables' ~460k objects (100k memories) are never rescanned by a collection that a request's
         allocations trigger (bench/hot_path_gc_freeze.md: 105 -> 83 ms p50), and a collection scans only what is
         not frozen: this costs what the requests made, not the store. Never frozen: another request's objects
-        still in use, which would stay for good when they become garbage later (a frozen object is never
-        collected). One thread settles at a time; the others leave it to it."""
-        if not self._settling.acquire(blocking=False):
-            return
+        still in use, which would stay for good when they became garbage (a frozen object is never collected), so
+        under load nothing is done here and python's own collections, of what is not frozen, take the cycles."""
+        with self._count_lock:
+            if self._running or not self._settling.acquire(blocking=False):
+                return
         try:
             t0 = time.perf_counter()
             gc.collect()
