@@ -252,13 +252,18 @@ def make_home(tmp_path, name="dhome"):
     return h
 
 
+def stop_everything(h) -> None:
+    """Stop the home's daemon, and kill whatever else a test left behind for it."""
+    run(h, "daemon", "stop", "--force")
+    for pid in daemon_pids(h):
+        os.kill(pid, signal.SIGKILL)
+
+
 @pytest.fixture
 def home(tmp_path):
     h = make_home(tmp_path)
     yield h
-    run(h, "daemon", "stop", "--force")
-    for pid in daemon_pids(h):  # whatever else a test left behind for this home
-        os.kill(pid, signal.SIGKILL)
+    stop_everything(h)
 
 
 def _entry_in_fresh_interpreter(home, argv, stdin, **extra):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import signal
 import subprocess
 
 import pytest
@@ -24,12 +23,20 @@ from tests.test_daemon import (
     run,
     start,
     state_is,
+    stop_everything,
     wait_for,
 )
 
 # what a hook answered by the daemon never imports: site (~15 ms with an editable install), and what site or json
 # would have brought in (re, enum, contextlib, collections, functools); typing and pathlib are never on the hot path
 NOT_ON_THE_HOT_PATH = ("site", "re", "json", "enum", "contextlib", "collections", "functools", "typing", "pathlib")
+
+
+@pytest.fixture
+def home(tmp_path):
+    h = make_home(tmp_path)
+    yield h
+    stop_everything(h)
 
 
 def hook(
@@ -53,15 +60,6 @@ def hook(
         "package"
     }
     return proc, modules
-
-
-@pytest.fixture
-def home(tmp_path):
-    h = make_home(tmp_path)
-    yield h
-    run(h, "daemon", "stop", "--force")
-    for pid in daemon_pids(h):
-        os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.slow
