@@ -164,8 +164,9 @@ def timed_ranks(
 
 
 def _timed_hook(env: dict, prompt: str) -> float:
+    cmd, payload = hook_cmd(), hook_input(prompt)  # made before the clock starts, as the agent has them
     t0 = time.perf_counter()
-    proc = subprocess.run(hook_cmd(), env=env, capture_output=True, text=True, input=hook_input(prompt))
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, input=payload)
     took = (time.perf_counter() - t0) * 1000
     if proc.returncode != 0 or "<cairn-memories" not in proc.stdout:
         raise SystemExit(f"the prompt hook gave no memories: {proc.stdout[-300:]} {proc.stderr[-300:]}")
